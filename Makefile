@@ -1,0 +1,36 @@
+# Two commands on a fresh clone: `make demo` and `make test`. Both create .venv when needed.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.memwatch-installed
+
+.PHONY: venv demo test test-fast bench lint typecheck clean
+
+venv: $(STAMP)
+
+# Re-install only when the dependency declarations change; `-e` keeps the source live.
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
+	$(PY) -m pip install -q -c constraints.txt -e '.[all,dev]'
+	$(PY) -c "import torch, sys; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	touch $(STAMP)
+
+demo: venv
+	WANDB_MODE=offline HF_HUB_OFFLINE=1 $(PY) examples/demo.py
+
+test: venv
+	WANDB_MODE=offline HF_HUB_OFFLINE=1 WANDB_SILENT=true $(PY) -m pytest -q
+
+bench: venv
+	$(PY) benchmarks/run_all.py
+
+lint: venv
+	$(PY) -m ruff check src tests integrations benchmarks examples
+
+typecheck: venv
+	$(PY) -m mypy
+
+clean:
+	rm -rf $(VENV) build dist .pytest_cache .mypy_cache memwatch-out

@@ -1,0 +1,91 @@
+"""The background sampler: slow reads (USS/PSS, workers, mem_get_info, NVML) off the hot path.
+
+The thread publishes one list of values per pass by plain attribute assignment (atomic under the
+GIL), so the training thread never takes a lock to read them. No lock is held across I/O, which
+also keeps ``fork()`` safe: a DataLoader worker forked mid-read inherits no held lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable, Sequence
+
+from memwatch.probes.base import Probe
+
+log = logging.getLogger("memwatch")
+
+
+class SlowReader:
+    """Reads every probe's slow metrics into one list ordered like ``keys``."""
+
+    def __init__(self, probes: Sequence[Probe], on_failure: Callable[[Probe, BaseException], None]):
+        self.probes = list(probes)
+        self.keys: tuple[str, ...] = tuple(k for p in self.probes for k in p.slow_keys)
+        self._index = {k: i for i, k in enumerate(self.keys)}
+        self._on_failure = on_failure
+        self.disabled: set[str] = set()
+        self.values: list[float] = [math.nan] * len(self.keys)
+        self.passes = 0
+
+    def poll(self) -> list[float]:
+        new = list(self.values)
+        for p in self.probes:
+            if p.name in self.disabled:
+                continue
+            try:
+                got = p.read_slow()
+            except Exception as e:  # noqa: BLE001 - a failing probe disables itself, never raises
+                self.disabled.add(p.name)
+                for k in p.slow_keys:
+                    new[self._index[k]] = math.nan
+                self._on_failure(p, e)
+                continue
+            for k, v in got.items():
+                i = self._index.get(k)
+                if i is not None:
+                    new[i] = float(v)
+        self.values = new  # one atomic publish
+        self.passes += 1
+        return new
+
+
+class BackgroundSampler:
+    """Runs :meth:`SlowReader.poll` every ``interval_s`` seconds on a daemon thread."""
+
+    def __init__(self, reader: SlowReader, interval_s: float) -> None:
+        self.reader = reader
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="memwatch-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.reader.poll()
+            except Exception:  # noqa: BLE001 - the thread must survive anything
+                log.warning("memwatch: background sampler pass failed", exc_info=True)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        t, self._thread = self._thread, None
+        if t is None:
+            return
+        self._stop.set()
+        t.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def forget_after_fork(self) -> None:
+        """In a forked child the thread does not exist: drop it without joining."""
+        self._thread = None
+        self._stop = threading.Event()

@@ -1,0 +1,436 @@
+"""``MemWatch``: the one object that integrations and users drive.
+
+Lifecycle: construct (validates configuration, raises :class:`memwatch.errors.ConfigError`) →
+``start()`` (opens probes, starts the background sampler) → ``step()`` once per optimizer step →
+``end_epoch()`` at every epoch end (verdicts) → ``close()`` (idempotent).
+
+After ``start()`` nothing in here raises into the training loop: a failing component logs one
+warning naming the cause and disables itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import sys
+import time
+import weakref
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from memwatch.errors import ConfigError
+from memwatch.findings import Finding
+from memwatch.probes.base import DeviceProbe, Probe
+from memwatch.sampler import BackgroundSampler, SlowReader
+from memwatch.timeline import EpochSummary, Timeline
+
+log = logging.getLogger("memwatch")
+
+_DEVICE_RE = re.compile(r"^(auto|cpu|cuda|mps)(?::(\d+))?$")
+DEVICE_CHOICES = "None/'auto', 'cpu', 'cuda', 'cuda:N', 'mps', or a probe such as FakeDevice"
+
+
+def _validate_device(device: Any) -> Any:
+    if device is None:
+        return "auto"
+    if isinstance(device, str):
+        m = _DEVICE_RE.match(device.strip().lower())
+        if not m or (m.group(2) is not None and m.group(1) != "cuda"):
+            raise ConfigError(
+                f"device={device!r} is not understood; use {DEVICE_CHOICES}."
+            )
+        return device.strip().lower()
+    if type(device).__name__ == "device" and type(device).__module__.startswith("torch"):
+        return _validate_device(str(device))
+    if hasattr(device, "read_fast") and hasattr(device, "fast_keys"):
+        return device
+    raise ConfigError(f"device={device!r} is not understood; use {DEVICE_CHOICES}.")
+
+
+def _positive(name: str, value: float, fix: str) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0 or (
+        isinstance(value, float) and math.isinf(value)
+    ):
+        raise ConfigError(f"{name}={value!r} must be a positive number; {fix}.")
+    return value
+
+
+def rank_info() -> dict[str, int]:
+    """Rank, local rank and world size: from torch.distributed when initialised, else env."""
+    info = {
+        "rank": int(os.environ.get("RANK", "0") or 0),
+        "local_rank": int(os.environ.get("LOCAL_RANK", "0") or 0),
+        "world_size": int(os.environ.get("WORLD_SIZE", "1") or 1),
+    }
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            info["rank"] = dist.get_rank()
+            info["world_size"] = dist.get_world_size()
+    except Exception:  # noqa: BLE001
+        pass
+    return info
+
+
+class MemWatch:
+    """Watches memory during training and turns samples into verdicts.
+
+    Args:
+        device: ``None``/``"auto"`` (CUDA if torch is imported and CUDA is available, else MPS,
+            else no accelerator), ``"cpu"`` (host and workers only), ``"cuda"``, ``"cuda:N"``,
+            ``"mps"``, or a device probe object such as :class:`memwatch.testing.FakeDevice`.
+        host: sample this process's RSS per step and USS/PSS in the background.
+        workers: sample DataLoader worker processes in the background.
+        out_dir: where bundles, reports and exports go.
+        interval_s: period of the background sampler (slow reads), seconds.
+        capacity: raw samples kept in the ring (rows); memory is ``capacity * metrics * 8`` bytes.
+        buckets_per_epoch: bucket summaries kept per epoch (even, >= 4).
+        total_steps: the run's planned number of optimizer steps, if known (forecast horizon).
+        analyze: run the analyzer at every ``end_epoch()``.
+        census: tensor census at epoch ends: ``"auto"`` (when cheap or when growth is suspected),
+            ``"always"`` or ``"never"``.
+
+    Example::
+
+        >>> import memwatch
+        >>> from memwatch.testing import FakeDevice
+        >>> dev = FakeDevice(total_bytes=2**30)
+        >>> with memwatch.watch(device=dev, workers=False, out_dir=str(tmp)) as mw:
+        ...     for step in range(10):
+        ...         dev.set(allocated=(step + 1) * 2**20)
+        ...         mw.step()
+        ...     findings = mw.end_epoch()
+        >>> mw.latest()["device.allocated"]
+        10485760.0
+    """
+
+    def __init__(
+        self,
+        device: Any = None,
+        host: bool = True,
+        workers: bool = True,
+        out_dir: str | os.PathLike[str] = "memwatch",
+        interval_s: float = 1.0,
+        capacity: int = 32768,
+        buckets_per_epoch: int = 256,
+        total_steps: int | None = None,
+        analyze: bool = True,
+        census: str = "auto",
+        analyzer_config: Any = None,
+    ) -> None:
+        self._device_spec = _validate_device(device)
+        self.host = bool(host)
+        self.workers = bool(workers)
+        self.out_dir = os.fspath(out_dir)
+        if not self.out_dir:
+            raise ConfigError("out_dir='' is empty; pass a directory path such as 'memwatch'.")
+        self.interval_s = float(_positive("interval_s", interval_s, "for example 1.0 (seconds)"))
+        if not isinstance(capacity, int) or capacity < 16:
+            raise ConfigError(f"capacity={capacity!r} must be an int >= 16 (rows kept in the ring).")
+        self.capacity = capacity
+        if not isinstance(buckets_per_epoch, int) or buckets_per_epoch < 4 or buckets_per_epoch % 2:
+            raise ConfigError(
+                f"buckets_per_epoch={buckets_per_epoch!r} must be an even int >= 4, e.g. 256."
+            )
+        self.buckets_per_epoch = buckets_per_epoch
+        if total_steps is not None:
+            _positive("total_steps", total_steps, "or None when the run length is unknown")
+        self.total_steps = total_steps
+        if census not in ("auto", "always", "never"):
+            raise ConfigError(f"census={census!r}: use 'auto', 'always' or 'never'.")
+        self.census_mode = census
+        self.analyze = bool(analyze)
+        self._analyzer_config = analyzer_config
+
+        self.device: DeviceProbe | None = None
+        self.probes: list[Probe] = []
+        self.timeline: Timeline | None = None
+        self.findings: list[Finding] = []
+        self.epoch = 0
+        self.step_count = 0
+        self.rank = rank_info()
+        self.disabled: dict[str, str] = {}
+        self._fast_probes: list[Probe] = []
+        self._fast_widths: list[int] = []
+        self._slow: SlowReader | None = None
+        self._sampler: BackgroundSampler | None = None
+        self._analyzer: Any = None
+        self._running = False
+        self._closed = False
+        self._pid = os.getpid()
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> MemWatch:
+        """Open the probes and start the background sampler. Returns ``self``."""
+        if self._running:
+            return self
+        if self._closed:
+            raise ConfigError("this MemWatch was closed; create a new one to watch again.")
+        self.device = self._resolve_device()
+        probes: list[Probe] = []
+        if self.device is not None:
+            probes.append(self.device)
+        if self.host:
+            from memwatch.probes.host import HostProbe
+
+            probes.append(HostProbe())
+        if self.workers:
+            from memwatch.probes.workers import WorkersProbe
+
+            probes.append(WorkersProbe())
+        self.probes = probes
+        self._fast_probes = [p for p in probes if p.fast_keys]
+        self._fast_widths = [len(p.fast_keys) for p in self._fast_probes]
+        self._slow = SlowReader([p for p in probes if p.slow_keys], self._probe_failed)
+        keys = [k for p in self._fast_probes for k in p.fast_keys] + list(self._slow.keys)
+        self.timeline = Timeline(keys, capacity=self.capacity,
+                                 buckets_per_epoch=self.buckets_per_epoch)
+        self._slow.poll()  # values exist from the first step on
+        self._sampler = BackgroundSampler(self._slow, self.interval_s)
+        self._sampler.start()
+        if self.analyze:
+            self._start_analyzer()
+        self._running = True
+        _register_fork_guard(self)
+        return self
+
+    def _resolve_device(self) -> DeviceProbe | None:
+        spec = self._device_spec
+        if not isinstance(spec, str):
+            return spec  # type: ignore[no-any-return]
+        if spec == "cpu":
+            return None
+        name, _, idx = spec.partition(":")
+        if spec == "auto":
+            # Never import torch just to look: a run that trains with torch has imported it.
+            torch = sys.modules.get("torch")
+            if torch is None:
+                return None
+            try:
+                if torch.cuda.is_available():
+                    from memwatch.probes.cuda import CudaProbe
+
+                    return CudaProbe()
+                if hasattr(torch.backends, "mps") and torch.backends.mps.is_available():
+                    from memwatch.probes.mps import MpsProbe
+
+                    return MpsProbe()
+            except Exception as e:  # noqa: BLE001
+                log.warning("memwatch: no accelerator probe (%s); watching host only", e)
+            return None
+        try:
+            if name == "cuda":
+                from memwatch.probes.cuda import CudaProbe
+
+                return CudaProbe(int(idx) if idx else None)
+            from memwatch.probes.mps import MpsProbe
+
+            return MpsProbe()
+        except (ImportError, RuntimeError) as e:
+            raise ConfigError(
+                f"device={spec!r} was asked for but is not usable here ({e}); use device=None to "
+                "pick whatever is available, or device='cpu' to watch host memory only."
+            ) from e
+
+    def _start_analyzer(self) -> None:
+        try:
+            from memwatch.analysis import Analyzer
+        except ImportError:
+            return
+        try:
+            self._analyzer = Analyzer(self, self._analyzer_config)
+        except Exception as e:  # noqa: BLE001
+            self._disable("analyzer", e)
+
+    def close(self) -> None:
+        """Stop the sampler, release probes. Idempotent; never raises."""
+        if self._closed:
+            return
+        self._closed = True
+        self._running = False
+        if os.getpid() != self._pid:
+            return  # a forked child owns none of this
+        if self._sampler is not None:
+            self._sampler.stop()
+        for p in self.probes:
+            try:
+                p.close()
+            except Exception:  # noqa: BLE001
+                log.debug("memwatch: probe %s failed to close", p.name, exc_info=True)
+
+    def __enter__(self) -> MemWatch:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    # ------------------------------------------------------------------ hot path
+    def step(self) -> None:
+        """Record one sample. Call once per optimizer step, at the same point of every step."""
+        if not self._running:
+            return
+        try:
+            vals: list[float] = []
+            for p in self._fast_probes:
+                vals.extend(p.read_fast())
+            vals.extend(self._slow.values)  # type: ignore[union-attr]
+            self.step_count += 1
+            self.timeline.append(self.step_count, time.monotonic(), vals)  # type: ignore[union-attr]
+        except Exception:  # noqa: BLE001
+            self._recover_step()
+
+    def _recover_step(self) -> None:
+        """Slow path after a failure: find the failing probe, disable it, keep sampling."""
+        try:
+            for p in list(self._fast_probes):
+                try:
+                    got = p.read_fast()
+                    if len(got) != len(p.fast_keys):
+                        raise RuntimeError(
+                            f"read_fast returned {len(got)} values for {len(p.fast_keys)} keys"
+                        )
+                except Exception as e:  # noqa: BLE001
+                    self._probe_failed(p, e)
+                    i = self._fast_probes.index(p)
+                    nan_probe = _NanProbe(p)
+                    self._fast_probes[i] = nan_probe
+            vals: list[float] = []
+            for p in self._fast_probes:
+                vals.extend(p.read_fast())
+            vals.extend(self._slow.values)  # type: ignore[union-attr]
+            self.step_count += 1
+            self.timeline.append(self.step_count, time.monotonic(), vals)  # type: ignore[union-attr]
+        except Exception as e:  # noqa: BLE001
+            self._disable("sampler", e)
+            self._running = False
+
+    def _probe_failed(self, probe: Probe, exc: BaseException) -> None:
+        self._disable(f"probe {probe.name}", exc)
+
+    def _disable(self, component: str, exc: BaseException) -> None:
+        if component in self.disabled:
+            return
+        self.disabled[component] = f"{type(exc).__name__}: {exc}"
+        log.warning("memwatch: %s disabled after an error (%s: %s); training continues",
+                    component, type(exc).__name__, exc)
+
+    # ------------------------------------------------------------------ epochs
+    def end_epoch(self) -> list[Finding]:
+        """Close the epoch: summarise it and return the new findings (never raises)."""
+        if not self._running or self.timeline is None:
+            return []
+        try:
+            if self._slow is not None:
+                self._slow.poll()  # fresh USS/PSS and worker readings for the verdicts
+            summary = self.timeline.end_epoch()
+        except Exception as e:  # noqa: BLE001
+            self._disable("epoch summary", e)
+            return []
+        self.epoch += 1
+        if summary is None:
+            return []
+        new: list[Finding] = []
+        if self._analyzer is not None and "analyzer" not in self.disabled:
+            try:
+                new = list(self._analyzer.on_epoch_end(summary))
+            except Exception as e:  # noqa: BLE001
+                self._disable("analyzer", e)
+        self.findings.extend(new)
+        return new
+
+    # ------------------------------------------------------------------ reading
+    def latest(self) -> dict[str, float]:
+        """The last sample as a flat dict of metric -> value (bytes, counts)."""
+        return self.timeline.latest() if self.timeline is not None else {}
+
+    @property
+    def epochs(self) -> list[EpochSummary]:
+        return self.timeline.epochs if self.timeline is not None else []
+
+    def limits(self) -> dict[str, float]:
+        """Known byte limits per metric (device total, cgroup or physical memory)."""
+        out: dict[str, float] = {}
+        for p in self.probes:
+            try:
+                out.update(p.limits())
+            except Exception:  # noqa: BLE001
+                continue
+        return out
+
+    def worker_details(self) -> list[dict[str, float]]:
+        for p in self.probes:
+            if p.name == "workers":
+                return p.per_worker()  # type: ignore[attr-defined,no-any-return]
+        return []
+
+
+class _NanProbe:
+    """Stands in for a disabled fast probe so the timeline keeps its columns (NaN)."""
+
+    def __init__(self, failed: Probe) -> None:
+        self.name = failed.name
+        self.fast_keys = failed.fast_keys
+        self.slow_keys: tuple[str, ...] = ()
+        self._vals = (math.nan,) * len(failed.fast_keys)
+
+    def read_fast(self) -> Sequence[float]:
+        return self._vals
+
+    def read_slow(self) -> dict[str, float]:
+        return {}
+
+    def limits(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        return None
+
+
+_live_sessions: weakref.WeakSet[MemWatch] = weakref.WeakSet()
+_fork_hook_installed = False
+
+
+def _after_fork_in_child() -> None:
+    # A DataLoader worker inherits a copy of every session; it must not sample, write bundles or
+    # join a thread that does not exist in the child.
+    for s in list(_live_sessions):
+        s._running = False
+        s._closed = True
+        if s._sampler is not None:
+            s._sampler.forget_after_fork()
+
+
+def _register_fork_guard(session: MemWatch) -> None:
+    global _fork_hook_installed
+    _live_sessions.add(session)
+    if not _fork_hook_installed and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _fork_hook_installed = True
+
+
+@contextmanager
+def watch(**kwargs: Any) -> Iterator[MemWatch]:
+    """Context-manager form of :class:`MemWatch`: started on entry, closed on exit.
+
+    Example::
+
+        >>> import memwatch
+        >>> with memwatch.watch(device="cpu", workers=False, out_dir=str(tmp)) as mw:
+        ...     for _ in range(3):
+        ...         mw.step()
+        >>> mw.step_count
+        3
+    """
+    mw = MemWatch(**kwargs)
+    mw.start()
+    try:
+        yield mw
+    finally:
+        mw.close()

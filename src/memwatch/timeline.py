@@ -1,0 +1,362 @@
+"""A fixed-memory columnar store of per-step samples.
+
+Two layers, both bounded whatever the run length:
+
+* a ring of the last ``capacity`` raw samples (one row per ``step()``, one column per metric);
+* per-epoch bucket summaries: each epoch's series is cut into at most ``buckets_per_epoch``
+  buckets of equal width; each bucket keeps its floor (minimum: removes the intra-step sawtooth of
+  activations and temporaries), its peak (maximum: what forecasts to OOM need) and its last value.
+  The width is not known in advance (epoch length is not), so it starts at one step and doubles
+  (merging neighbours pairwise) whenever the buckets fill up.
+
+Recent epochs keep their buckets; older ones keep one compact row each (floor, peak, first, last),
+and past ``max_epochs`` compact rows the oldest are merged pairwise.
+
+The hot path (:meth:`Timeline.append`) writes one row; bucket reduction happens in vectorised
+chunks every few steps, so its amortised cost is a fraction of a microsecond.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclasses.dataclass
+class EpochSummary:
+    """One epoch of one timeline: compact figures per metric, plus buckets while recent."""
+
+    epoch: int
+    start_step: int
+    end_step: int  # inclusive: the step index of the epoch's last sample
+    n_steps: int
+    t_start: float
+    t_end: float
+    keys: tuple[str, ...]
+    floor: FloatArray  # (M,)
+    peak: FloatArray  # (M,)
+    first: FloatArray  # (M,)
+    last: FloatArray  # (M,)
+    bucket_step: IntArray | None = None  # (B,) step index of each bucket's first sample
+    bucket_count: IntArray | None = None  # (B,)
+    bucket_floor: FloatArray | None = None  # (B, M)
+    bucket_peak: FloatArray | None = None  # (B, M)
+    bucket_last: FloatArray | None = None  # (B, M)
+
+    def col(self, key: str) -> int:
+        return self.keys.index(key)
+
+    def series(self, key: str, what: str = "floor") -> tuple[IntArray, FloatArray]:
+        """(bucket mid steps, bucket floors|peaks|lasts) of ``key`` in this epoch."""
+        if self.bucket_step is None or self.bucket_count is None:
+            raise ValueError(f"epoch {self.epoch} no longer keeps its buckets")
+        arr = {"floor": self.bucket_floor, "peak": self.bucket_peak, "last": self.bucket_last}[what]
+        assert arr is not None
+        mid = self.bucket_step + (self.bucket_count - 1) // 2
+        return mid, arr[:, self.col(key)]
+
+    @property
+    def seconds_per_step(self) -> float:
+        return (self.t_end - self.t_start) / max(self.n_steps - 1, 1)
+
+    def compact(self) -> EpochSummary:
+        return dataclasses.replace(self, bucket_step=None, bucket_count=None, bucket_floor=None,
+                                   bucket_peak=None, bucket_last=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "epoch": self.epoch,
+            "start_step": self.start_step,
+            "end_step": self.end_step,
+            "n_steps": self.n_steps,
+            "t_start": self.t_start,
+            "t_end": self.t_end,
+        }
+        for name in ("floor", "peak", "first", "last"):
+            arr = getattr(self, name)
+            d[name] = {k: _jsonable(arr[i]) for i, k in enumerate(self.keys)}
+        return d
+
+
+def _jsonable(x: float) -> float | None:
+    return None if np.isnan(x) else float(x)
+
+
+class _BucketBuilder:
+    """Builds the buckets of the epoch in progress."""
+
+    def __init__(self, m: int, max_buckets: int) -> None:
+        if max_buckets < 4 or max_buckets % 2:
+            raise ValueError("buckets_per_epoch must be an even number >= 4")
+        self.m = m
+        self.max = max_buckets
+        self.floor = np.full((max_buckets, m), np.nan)
+        self.peak = np.full((max_buckets, m), np.nan)
+        self.last = np.full((max_buckets, m), np.nan)
+        self.step = np.zeros(max_buckets, dtype=np.int64)
+        self.count = np.zeros(max_buckets, dtype=np.int64)
+        self.reset()
+
+    def reset(self) -> None:
+        self.nb = 0
+        self.width = 1
+        self.cur_count = 0
+        self.cur_step = 0
+        self.cur_floor = np.full(self.m, np.nan)
+        self.cur_peak = np.full(self.m, np.nan)
+        self.cur_last = np.full(self.m, np.nan)
+
+    def add(self, rows: FloatArray, steps: IntArray) -> None:
+        i = 0
+        n = len(rows)
+        while i < n:
+            take = min(n - i, self.width - self.cur_count)
+            chunk = rows[i : i + take]
+            if self.cur_count == 0:
+                self.cur_step = int(steps[i])
+                self.cur_floor = np.fmin.reduce(chunk, axis=0)
+                self.cur_peak = np.fmax.reduce(chunk, axis=0)
+            else:
+                np.fmin(self.cur_floor, np.fmin.reduce(chunk, axis=0), out=self.cur_floor)
+                np.fmax(self.cur_peak, np.fmax.reduce(chunk, axis=0), out=self.cur_peak)
+            self.cur_last = chunk[-1].copy()
+            self.cur_count += take
+            i += take
+            if self.cur_count == self.width:
+                self._close_bucket()
+
+    def _close_bucket(self) -> None:
+        if self.cur_count == 0:
+            return
+        if self.nb == self.max:
+            self._halve()
+        b = self.nb
+        self.floor[b] = self.cur_floor
+        self.peak[b] = self.cur_peak
+        self.last[b] = self.cur_last
+        self.step[b] = self.cur_step
+        self.count[b] = self.cur_count
+        self.nb += 1
+        self.cur_count = 0
+        if self.nb == self.max:
+            self._halve()
+
+    def _halve(self) -> None:
+        h = self.max // 2
+        self.floor[:h] = np.fmin(self.floor[0::2], self.floor[1::2])
+        self.peak[:h] = np.fmax(self.peak[0::2], self.peak[1::2])
+        self.last[:h] = self.last[1::2]
+        self.step[:h] = self.step[0::2]
+        self.count[:h] = self.count[0::2] + self.count[1::2]
+        self.nb = h
+        self.width *= 2
+
+    def finish(self) -> tuple[IntArray, IntArray, FloatArray, FloatArray, FloatArray]:
+        self._close_bucket()
+        nb = self.nb
+        return (self.step[:nb].copy(), self.count[:nb].copy(), self.floor[:nb].copy(),
+                self.peak[:nb].copy(), self.last[:nb].copy())
+
+
+class Timeline:
+    """Columnar, fixed-memory store of per-step samples.
+
+    Example::
+
+        >>> from memwatch.timeline import Timeline
+        >>> tl = Timeline(["host.rss"], capacity=1024)
+        >>> for s in range(100):
+        ...     tl.append(s, float(s), [1000.0 + s])
+        >>> ep = tl.end_epoch()
+        >>> float(ep.floor[0]), float(ep.peak[0]), ep.n_steps
+        (1000.0, 1099.0, 100)
+    """
+
+    def __init__(
+        self,
+        keys: Sequence[str],
+        capacity: int = 32768,
+        buckets_per_epoch: int = 256,
+        detailed_epochs: int = 8,
+        max_epochs: int = 1024,
+    ) -> None:
+        if capacity < 16:
+            raise ValueError(f"capacity must be >= 16, got {capacity}")
+        self.keys: tuple[str, ...] = tuple(keys)
+        self._col = {k: i for i, k in enumerate(self.keys)}
+        m = len(self.keys)
+        self.capacity = int(capacity)
+        self._data = np.full((self.capacity, m), np.nan)
+        self._steps = np.zeros(self.capacity, dtype=np.int64)
+        self._times = np.zeros(self.capacity, dtype=np.float64)
+        self._n = 0  # samples appended, ever
+        self._flushed = 0  # samples already reduced into buckets
+        self._flush_every = min(256, self.capacity // 2)
+        self._builder = _BucketBuilder(m, buckets_per_epoch)
+        self._epoch_first_n = 0
+        self.detailed_epochs = detailed_epochs
+        self.max_epochs = max_epochs
+        self.epochs: list[EpochSummary] = []
+        self._epoch_index = 0
+
+    # ------------------------------------------------------------------ hot path
+    def append(self, step: int, t: float, values: Sequence[float]) -> None:
+        """Store one sample. O(1); the vectorised bucket reduction runs every few calls."""
+        i = self._n % self.capacity
+        self._data[i] = values
+        self._steps[i] = step
+        self._times[i] = t
+        self._n += 1
+        if self._n - self._flushed >= self._flush_every:
+            self._flush()
+
+    # ------------------------------------------------------------------ epochs
+    def _rows(self, start_n: int, end_n: int) -> tuple[FloatArray, IntArray, FloatArray]:
+        """Raw rows for sample numbers [start_n, end_n) (must still be in the ring)."""
+        start_n = max(start_n, self._n - self.capacity)
+        if end_n <= start_n:
+            empty = np.empty((0, len(self.keys)))
+            return empty, np.empty(0, dtype=np.int64), np.empty(0)
+        a, k = start_n % self.capacity, end_n - start_n
+        if a + k <= self.capacity:
+            sl = slice(a, a + k)
+            return self._data[sl], self._steps[sl], self._times[sl]
+        idx = np.r_[a : self.capacity, 0 : a + k - self.capacity]
+        return self._data[idx], self._steps[idx], self._times[idx]
+
+    def _flush(self) -> None:
+        rows, steps, _ = self._rows(self._flushed, self._n)
+        if len(rows):
+            self._builder.add(rows, steps)
+        self._flushed = self._n
+
+    @property
+    def n_samples(self) -> int:
+        return self._n
+
+    @property
+    def epoch_samples(self) -> int:
+        """Samples in the epoch in progress."""
+        return self._n - self._epoch_first_n
+
+    def end_epoch(self) -> EpochSummary | None:
+        """Close the epoch in progress; ``None`` when it has no sample."""
+        self._flush()
+        n0, n1 = self._epoch_first_n, self._n
+        if n1 == n0:
+            return None
+        bstep, bcount, bfloor, bpeak, blast = self._builder.finish()
+        self._builder.reset()
+        first_row, first_step, first_t = self._first_of_epoch()
+        last_i = (n1 - 1) % self.capacity
+        summary = EpochSummary(
+            epoch=self._epoch_index,
+            start_step=first_step,
+            end_step=int(self._steps[last_i]),
+            n_steps=n1 - n0,
+            t_start=first_t,
+            t_end=float(self._times[last_i]),
+            keys=self.keys,
+            floor=np.fmin.reduce(bfloor, axis=0),
+            peak=np.fmax.reduce(bpeak, axis=0),
+            first=first_row,
+            last=self._data[last_i].copy(),
+            bucket_step=bstep,
+            bucket_count=bcount,
+            bucket_floor=bfloor,
+            bucket_peak=bpeak,
+            bucket_last=blast,
+        )
+        self._epoch_first_n = n1
+        self._epoch_index += 1
+        self.epochs.append(summary)
+        self._bound_epochs()
+        return summary
+
+    def _first_of_epoch(self) -> tuple[FloatArray, int, float]:
+        rows, steps, times = self._rows(self._epoch_first_n, self._epoch_first_n + 1)
+        if len(rows):
+            return rows[0].copy(), int(steps[0]), float(times[0])
+        # The epoch's first sample left the ring (epoch longer than capacity): use the oldest kept.
+        rows, steps, times = self._rows(self._n - self.capacity, self._n - self.capacity + 1)
+        return rows[0].copy(), int(steps[0]), float(times[0])
+
+    def _bound_epochs(self) -> None:
+        n = len(self.epochs)
+        if n > self.detailed_epochs:
+            k = n - self.detailed_epochs - 1
+            if self.epochs[k].bucket_floor is not None:
+                self.epochs[k] = self.epochs[k].compact()
+        if n > self.max_epochs:
+            # Merge the oldest half pairwise: history stays whole, memory stays bounded.
+            half = (n - self.detailed_epochs) // 2 * 2
+            merged = [_merge(self.epochs[i], self.epochs[i + 1]) for i in range(0, half, 2)]
+            self.epochs = merged + self.epochs[half:]
+
+    def restore_epochs(self, epochs: Sequence[EpochSummary]) -> None:
+        """Adopt epoch summaries from a checkpoint (resume keeps cross-epoch evidence)."""
+        self.epochs = list(epochs) + self.epochs
+        self._epoch_index = max(self._epoch_index, max((e.epoch for e in epochs), default=-1) + 1)
+        self._bound_epochs()
+
+    # ------------------------------------------------------------------ reading
+    def latest(self) -> dict[str, float]:
+        if self._n == 0:
+            return {}
+        row = self._data[(self._n - 1) % self.capacity]
+        return {k: float(row[i]) for i, k in enumerate(self.keys)}
+
+    def series(self, key: str, current_epoch_only: bool = False) -> tuple[IntArray, FloatArray]:
+        """(steps, values) of ``key`` for every sample still in the ring (copies)."""
+        start = self._epoch_first_n if current_epoch_only else self._n - self.capacity
+        rows, steps, _ = self._rows(start, self._n)
+        return steps.copy(), rows[:, self._col[key]].copy()
+
+    def times(self) -> FloatArray:
+        _, _, times = self._rows(self._n - self.capacity, self._n)
+        return times.copy()
+
+    def current_epoch_buckets(self) -> dict[str, FloatArray]:
+        """Buckets of the epoch in progress (without closing it)."""
+        self._flush()
+        b = self._builder
+        return {"floor": b.floor[: b.nb].copy(), "peak": b.peak[: b.nb].copy()}
+
+    def __len__(self) -> int:
+        return min(self._n, self.capacity)
+
+    def nbytes(self) -> int:
+        """Bytes held by this timeline's arrays (what `memwatch`'s own memory is made of)."""
+        total = self._data.nbytes + self._steps.nbytes + self._times.nbytes
+        b = self._builder
+        total += b.floor.nbytes + b.peak.nbytes + b.last.nbytes + b.step.nbytes + b.count.nbytes
+        for e in self.epochs:
+            for name in ("floor", "peak", "first", "last", "bucket_step", "bucket_count",
+                         "bucket_floor", "bucket_peak", "bucket_last"):
+                arr = getattr(e, name)
+                if arr is not None:
+                    total += arr.nbytes
+        return total
+
+
+def _merge(a: EpochSummary, b: EpochSummary) -> EpochSummary:
+    return EpochSummary(
+        epoch=a.epoch,
+        start_step=a.start_step,
+        end_step=b.end_step,
+        n_steps=a.n_steps + b.n_steps,
+        t_start=a.t_start,
+        t_end=b.t_end,
+        keys=a.keys,
+        floor=np.fmin(a.floor, b.floor),
+        peak=np.fmax(a.peak, b.peak),
+        first=a.first,
+        last=b.last,
+    )
