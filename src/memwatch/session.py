@@ -129,7 +129,9 @@ class MemWatch:
             raise ConfigError("out_dir='' is empty; pass a directory path such as 'memwatch'.")
         self.interval_s = float(_positive("interval_s", interval_s, "for example 1.0 (seconds)"))
         if not isinstance(capacity, int) or capacity < 16:
-            raise ConfigError(f"capacity={capacity!r} must be an int >= 16 (rows kept in the ring).")
+            raise ConfigError(
+                f"capacity={capacity!r} must be an int >= 16 (rows kept in the ring)."
+            )
         self.capacity = capacity
         if not isinstance(buckets_per_epoch, int) or buckets_per_epoch < 4 or buckets_per_epoch % 2:
             raise ConfigError(
@@ -281,8 +283,9 @@ class MemWatch:
             for p in self._fast_probes:
                 vals.extend(p.read_fast())
             vals.extend(self._slow.values)  # type: ignore[union-attr]
+            # Count the step only once it is stored: a failed append retries in _recover_step.
+            self.timeline.append(self.step_count + 1, time.monotonic(), vals)  # type: ignore[union-attr]
             self.step_count += 1
-            self.timeline.append(self.step_count, time.monotonic(), vals)  # type: ignore[union-attr]
         except Exception:  # noqa: BLE001
             self._recover_step()
 
@@ -305,8 +308,8 @@ class MemWatch:
             for p in self._fast_probes:
                 vals.extend(p.read_fast())
             vals.extend(self._slow.values)  # type: ignore[union-attr]
+            self.timeline.append(self.step_count + 1, time.monotonic(), vals)  # type: ignore[union-attr]
             self.step_count += 1
-            self.timeline.append(self.step_count, time.monotonic(), vals)  # type: ignore[union-attr]
         except Exception as e:  # noqa: BLE001
             self._disable("sampler", e)
             self._running = False

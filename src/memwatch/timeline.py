@@ -220,7 +220,8 @@ class Timeline:
     # ------------------------------------------------------------------ epochs
     def _rows(self, start_n: int, end_n: int) -> tuple[FloatArray, IntArray, FloatArray]:
         """Raw rows for sample numbers [start_n, end_n) (must still be in the ring)."""
-        start_n = max(start_n, self._n - self.capacity)
+        # Clamp to what the ring still holds (and to 0 before it has wrapped once).
+        start_n = max(start_n, self._n - self.capacity, 0)
         if end_n <= start_n:
             empty = np.empty((0, len(self.keys)))
             return empty, np.empty(0, dtype=np.int64), np.empty(0)

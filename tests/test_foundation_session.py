@@ -1,0 +1,211 @@
+"""MemWatch's lifecycle: sampling, the background thread, failures that must not reach training."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+import memwatch
+from memwatch import MemWatch
+from memwatch.probes.base import DEVICE_FAST_KEYS
+from memwatch.testing import FakeDevice
+
+HOST_KEYS = {"host.rss", "host.uss", "host.pss", "host.swap"}
+WORKER_KEYS = {"workers.count", "workers.rss", "workers.uss", "workers.pss", "workers.max_uss"}
+
+
+def _sampler_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "memwatch-sampler"]
+
+
+def test_latest_keys_cpu_host_only(tmp_path: Path) -> None:
+    with memwatch.watch(device="cpu", workers=False, out_dir=tmp_path) as mw:
+        assert mw.latest() == {}  # nothing sampled yet
+        mw.step()
+        latest = mw.latest()
+    assert set(latest) == HOST_KEYS
+    assert latest["host.rss"] > 0
+    assert latest["host.uss"] > 0 and latest["host.pss"] > 0  # polled once at start()
+
+
+def test_latest_keys_with_device_host_and_workers(tmp_path: Path) -> None:
+    dev = FakeDevice(total_bytes=2**30)
+    with memwatch.watch(device=dev, out_dir=tmp_path) as mw:
+        dev.set(allocated=5 * 2**20, reserved=8 * 2**20)
+        mw.step()
+        latest = mw.latest()
+    assert set(latest) == set(DEVICE_FAST_KEYS) | {"device.free", "device.total"} | HOST_KEYS | (
+        WORKER_KEYS
+    )
+    assert latest["device.allocated"] == 5 * 2**20
+    assert latest["device.reserved"] == 8 * 2**20
+    assert latest["device.total"] == 2**30
+    assert latest["workers.count"] == 0  # no DataLoader here
+    assert all(isinstance(v, float) for v in latest.values())
+
+
+def test_timeline_records_every_step(tmp_path: Path) -> None:
+    dev = FakeDevice(total_bytes=2**30)
+    with memwatch.watch(device=dev, workers=False, out_dir=tmp_path) as mw:
+        for i in range(50):
+            dev.set(allocated=i * 1000)
+            mw.step()
+        assert mw.step_count == 50
+        assert mw.timeline is not None
+        steps, values = mw.timeline.series("device.allocated")
+        assert list(steps) == list(range(1, 51))
+        assert list(values) == [i * 1000.0 for i in range(50)]
+        summary_findings = mw.end_epoch()
+        assert isinstance(summary_findings, list)
+        assert mw.epoch == 1 and len(mw.epochs) == 1
+        assert mw.epochs[0].n_steps == 50
+
+
+def test_end_epoch_before_start_and_after_close_returns_empty(tmp_path: Path) -> None:
+    mw = MemWatch(device="cpu", workers=False, out_dir=tmp_path)
+    assert mw.end_epoch() == []
+    mw.step()  # before start: a no-op, not an error
+    assert mw.step_count == 0 and mw.latest() == {}
+    mw.start()
+    mw.step()
+    mw.close()
+    assert mw.end_epoch() == []
+    mw.step()
+    assert mw.step_count == 1
+
+
+def test_end_epoch_with_no_step_is_empty(tmp_path: Path) -> None:
+    with memwatch.watch(device="cpu", workers=False, out_dir=tmp_path) as mw:
+        assert mw.end_epoch() == []
+
+
+def test_close_is_idempotent_and_start_twice_is_harmless(tmp_path: Path) -> None:
+    dev = FakeDevice()
+    mw = MemWatch(device=dev, workers=False, out_dir=tmp_path)
+    assert mw.start() is mw
+    assert mw.start() is mw  # second start: same session, no second sampler
+    mw.close()
+    mw.close()
+    assert dev.closed and not mw.running
+
+
+def test_sampler_thread_runs_during_watch_and_is_joined_by_close(tmp_path: Path) -> None:
+    before = set(_sampler_threads())
+    with memwatch.watch(device="cpu", workers=False, interval_s=0.02, out_dir=tmp_path) as mw:
+        mine = [t for t in _sampler_threads() if t not in before]
+        assert len(mine) == 1 and mine[0].is_alive() and mine[0].daemon
+        assert mw._slow is not None
+        passes = mw._slow.passes
+        deadline = time.monotonic() + 5
+        while mw._slow.passes < passes + 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert mw._slow.passes >= passes + 3, "the background sampler does not poll"
+    assert not mine[0].is_alive(), "close() must stop and join the sampler thread"
+
+
+def test_exception_in_the_with_block_still_closes(tmp_path: Path) -> None:
+    before = set(_sampler_threads())
+    with pytest.raises(KeyError):
+        with memwatch.watch(device="cpu", workers=False, out_dir=tmp_path) as mw:
+            mine = [t for t in _sampler_threads() if t not in before]
+            raise KeyError("boom")
+    assert not mw.running and not mine[0].is_alive()
+
+
+class _FlakyFast(FakeDevice):
+    """A device whose per-step read starts failing after ``ok_reads`` calls."""
+
+    def __init__(self, ok_reads: int) -> None:
+        super().__init__(total_bytes=2**30)
+        self.ok_reads = ok_reads
+        self.reads = 0
+
+    def read_fast(self) -> Sequence[float]:
+        self.reads += 1
+        if self.reads > self.ok_reads:
+            raise OSError("device vanished")
+        return super().read_fast()
+
+
+class _FlakySlow(FakeDevice):
+    def __init__(self) -> None:
+        super().__init__(total_bytes=2**30)
+        self.slow_calls = 0
+
+    def read_slow(self) -> dict[str, float]:
+        self.slow_calls += 1
+        if self.slow_calls > 1:
+            raise PermissionError("NVML says no")
+        return super().read_slow()
+
+
+def _memwatch_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "memwatch" and r.levelno == logging.WARNING]
+
+
+def test_fast_probe_failure_disables_it_once_and_training_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    dev = _FlakyFast(ok_reads=5)
+    caplog.set_level(logging.WARNING, logger="memwatch")
+    with memwatch.watch(device=dev, workers=False, out_dir=tmp_path) as mw:
+        for _ in range(20):
+            mw.step()  # must never raise
+        latest = mw.latest()
+        assert mw.step_count == 20
+        assert math.isnan(latest["device.allocated"]) and math.isnan(latest["device.ooms"])
+        assert latest["host.rss"] > 0  # the other probes keep working
+        _, alloc = mw.timeline.series("device.allocated")  # type: ignore[union-attr]
+        assert not any(math.isnan(v) for v in alloc[:5])
+        assert all(math.isnan(v) for v in alloc[5:])
+        assert "probe device" in mw.disabled
+        mw.end_epoch()
+    warnings = _memwatch_warnings(caplog)
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert "device vanished" in warnings[0].getMessage()
+    assert "disabled" in warnings[0].getMessage()
+
+
+def test_slow_probe_failure_disables_it_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    dev = _FlakySlow()
+    caplog.set_level(logging.WARNING, logger="memwatch")
+    with memwatch.watch(device=dev, workers=False, interval_s=0.01, out_dir=tmp_path) as mw:
+        deadline = time.monotonic() + 5
+        while "probe device" not in mw.disabled and time.monotonic() < deadline:
+            mw.step()
+            time.sleep(0.005)
+        time.sleep(0.05)  # more background passes: none may warn again
+        mw.step()
+        latest = mw.latest()
+        mw.end_epoch()  # polls the slow probes again, on the training thread
+        mw.step()
+    assert math.isnan(latest["device.free"]) and math.isnan(latest["device.total"])
+    assert latest["device.allocated"] == 0.0  # the fast half of the same probe still works
+    warnings = _memwatch_warnings(caplog)
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert "NVML says no" in warnings[0].getMessage()
+    assert dev.slow_calls == 2  # disabled after the first failure, never called again
+
+
+def test_a_read_returning_the_wrong_width_is_a_failure_too(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Short(FakeDevice):
+        def read_fast(self) -> Sequence[float]:
+            return (1.0,)
+
+    caplog.set_level(logging.WARNING, logger="memwatch")
+    with memwatch.watch(device=Short(), workers=False, out_dir=tmp_path) as mw:
+        mw.step()
+        mw.step()
+        assert mw.step_count == 2
+        assert math.isnan(mw.latest()["device.reserved"])
+    assert len(_memwatch_warnings(caplog)) == 1
