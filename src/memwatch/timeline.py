@@ -201,6 +201,9 @@ class Timeline:
         self._flush_every = min(256, self.capacity // 2)
         self._builder = _BucketBuilder(m, buckets_per_epoch)
         self._epoch_first_n = 0
+        # The epoch's first sample, captured at the first flush of the epoch: an epoch longer
+        # than the ring would otherwise lose its true start step and time.
+        self._epoch_first: tuple[FloatArray, int, float] | None = None
         self.detailed_epochs = detailed_epochs
         self.max_epochs = max_epochs
         self.epochs: list[EpochSummary] = []
@@ -236,6 +239,8 @@ class Timeline:
         rows, steps, _ = self._rows(self._flushed, self._n)
         if len(rows):
             self._builder.add(rows, steps)
+            if self._epoch_first is None:
+                self._epoch_first = self._first_of_epoch()
         self._flushed = self._n
 
     @property
@@ -255,7 +260,8 @@ class Timeline:
             return None
         bstep, bcount, bfloor, bpeak, blast = self._builder.finish()
         self._builder.reset()
-        first_row, first_step, first_t = self._first_of_epoch()
+        first_row, first_step, first_t = self._epoch_first or self._first_of_epoch()
+        self._epoch_first = None
         last_i = (n1 - 1) % self.capacity
         summary = EpochSummary(
             epoch=self._epoch_index,
