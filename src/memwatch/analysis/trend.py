@@ -1,0 +1,187 @@
+"""Robust trend statistics in pure numpy.
+
+* Mann–Kendall trend test with the Yue–Wang effective-sample-size correction for lag-1
+  autocorrelation (memory series are strongly autocorrelated: a plain MK test calls trends on
+  random walks).
+* Theil–Sen slope (median of pairwise slopes) with Sen's distribution-free confidence interval.
+* A single-jump (step change) detector and a saturation (plateau) test.
+
+Everything works on bucket floors (at most a few hundred points per epoch), so the O(n^2) pairwise
+statistics cost well under a millisecond; :func:`bucket` reduces long raw series first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+
+_Z = {0.90: 1.6448536, 0.95: 1.9599640, 0.99: 2.5758293}
+
+
+def bucket(values: npt.ArrayLike, n_buckets: int = 256) -> tuple[FloatArray, FloatArray]:
+    """Split a raw series into ``n_buckets`` equal buckets: (mid index, floor) per bucket."""
+    y = np.asarray(values, dtype=np.float64)
+    n = len(y)
+    if n <= n_buckets:
+        return np.arange(n, dtype=np.float64), y.copy()
+    edges = np.linspace(0, n, n_buckets + 1).astype(np.int64)
+    floors = np.fmin.reduceat(y, edges[:-1])
+    mids = (edges[:-1] + edges[1:] - 1) / 2.0
+    return mids.astype(np.float64), floors
+
+
+@dataclasses.dataclass(frozen=True)
+class Trend:
+    """Result of :func:`trend_test`."""
+
+    n: int
+    s: float  # Mann–Kendall S
+    z: float
+    p: float  # two-sided p-value after the autocorrelation correction
+    slope: float  # Theil–Sen, units of y per unit of t
+    slope_low: float  # confidence interval of the slope
+    slope_high: float
+    intercept: float
+    r1: float  # lag-1 autocorrelation of the detrended residuals
+    noise: float  # robust std of residuals around the Theil–Sen line
+
+    def increasing(self, alpha: float = 0.01) -> bool:
+        return self.p < alpha and self.s > 0 and self.slope_low > 0
+
+
+def _pairwise(t: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray]:
+    i, j = np.triu_indices(len(y), k=1)
+    return t[j] - t[i], y[j] - y[i]
+
+
+def trend_test(t: npt.ArrayLike, y: npt.ArrayLike, confidence: float = 0.95) -> Trend:
+    """Mann–Kendall + Theil–Sen on ``y`` against ``t`` (NaNs dropped)."""
+    t = np.asarray(t, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    ok = ~(np.isnan(t) | np.isnan(y))
+    t, y = t[ok], y[ok]
+    n = len(y)
+    if n < 4:
+        return Trend(n, 0.0, 0.0, 1.0, 0.0, -math.inf, math.inf, float(y[0]) if n else 0.0,
+                     0.0, 0.0)
+    dt, dy = _pairwise(t, y)
+    s = float(np.sign(dy).sum())
+    # Variance of S with the correction for tied values (memory series have many ties).
+    _, counts = np.unique(y, return_counts=True)
+    ties = counts[counts > 1]
+    var_s = (n * (n - 1) * (2 * n + 5) - float((ties * (ties - 1) * (2 * ties + 5)).sum())) / 18.0
+    valid = dt > 0
+    slopes = dy[valid] / dt[valid]
+    slope = float(np.median(slopes)) if len(slopes) else 0.0
+    intercept = float(np.median(y - slope * t))
+    resid = y - (intercept + slope * t)
+    r1 = _lag1(resid)
+    # Yue & Wang (2004): inflate Var(S) by n/n* for AR(1) residuals with positive correlation.
+    if r1 > 0:
+        k = np.arange(1, n)
+        factor = 1.0 + 2.0 * float(((1 - k / n) * r1**k).sum())
+        var_s *= max(factor, 1.0)
+    if var_s <= 0:
+        return Trend(n, s, 0.0, 1.0, slope, slope, slope, intercept, r1, 0.0)
+    z = (s - math.copysign(1.0, s)) / math.sqrt(var_s) if s != 0 else 0.0
+    p = math.erfc(abs(z) / math.sqrt(2.0))
+    # Sen's confidence interval: ranks of the sorted pairwise slopes around the median.
+    za = _Z.get(confidence, 1.9599640)
+    c = za * math.sqrt(var_s)
+    slopes.sort()
+    m = len(slopes)
+    lo_rank = int(math.floor((m - c) / 2.0))
+    hi_rank = int(math.ceil((m + c) / 2.0))
+    slope_low = float(slopes[lo_rank]) if 0 <= lo_rank < m else -math.inf
+    slope_high = float(slopes[hi_rank]) if 0 <= hi_rank < m else math.inf
+    noise = 1.4826 * float(np.median(np.abs(resid - np.median(resid))))
+    return Trend(n, s, z, p, slope, slope_low, slope_high, intercept, r1, noise)
+
+
+def _lag1(x: FloatArray) -> float:
+    x = x - x.mean()
+    den = float((x * x).sum())
+    if den <= 0:
+        return 0.0
+    return float((x[:-1] * x[1:]).sum() / den)
+
+
+def diff_noise(y: npt.ArrayLike) -> float:
+    """Robust noise scale from first differences (insensitive to trends and single jumps)."""
+    y = np.asarray(y, dtype=np.float64)
+    y = y[~np.isnan(y)]
+    if len(y) < 3:
+        return 0.0
+    d = np.diff(y)
+    return 1.4826 * float(np.median(np.abs(d - np.median(d)))) / math.sqrt(2.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepChange:
+    index: int  # first point after the jump
+    height: float
+    share: float  # jump height / total rise of the series
+    before_flat: bool
+    after_flat: bool
+
+
+def step_change(t: FloatArray, y: FloatArray, min_share: float = 0.7) -> StepChange | None:
+    """A single jump between otherwise flat stretches, or ``None``.
+
+    The jump is the split point that maximises the difference of medians either side; the series
+    is a step change when that jump carries at least ``min_share`` of the whole rise and neither
+    side trends upwards on its own.
+    """
+    n = len(y)
+    if n < 8:
+        return None
+    best_i, best_h = -1, 0.0
+    # Candidate split points: the largest positive single differences (cheap, and a real step
+    # shows up as one big difference between adjacent floors).
+    d = np.diff(y)
+    for i in np.argsort(d)[::-1][:5] + 1:
+        if i < 2 or i > n - 2:
+            continue
+        h = float(np.median(y[i:]) - np.median(y[:i]))
+        if h > best_h:
+            best_i, best_h = int(i), h
+    if best_i < 0 or best_h <= 0:
+        return None
+    rise = float(np.max(y) - np.min(y))
+    if rise <= 0:
+        return None
+    share = best_h / rise
+    before = trend_test(t[:best_i], y[:best_i]) if best_i >= 4 else None
+    after = trend_test(t[best_i:], y[best_i:]) if n - best_i >= 4 else None
+    before_flat = before is None or not _significant_rise(before, t[:best_i], best_h)
+    after_flat = after is None or not _significant_rise(after, t[best_i:], best_h)
+    if share < min_share or not (before_flat and after_flat):
+        return None
+    return StepChange(best_i, best_h, share, before_flat, after_flat)
+
+
+def _significant_rise(tr: Trend, t: FloatArray, scale: float) -> bool:
+    """Trend significant and its total rise over ``t`` at least a fifth of ``scale``."""
+    span = float(t[-1] - t[0]) if len(t) > 1 else 0.0
+    return tr.increasing(0.01) and tr.slope * span > 0.2 * scale
+
+
+def saturation_ratio(t: FloatArray, y: FloatArray) -> float:
+    """Slope of the last half over slope of the whole: ~1 for steady growth, ~0 when levelling off.
+
+    Uses Theil–Sen on each part. Returns 1.0 when the whole shows no rise.
+    """
+    n = len(y)
+    if n < 8:
+        return 1.0
+    whole = trend_test(t, y)
+    if whole.slope <= 0:
+        return 1.0
+    h = n // 2
+    late = trend_test(t[h:], y[h:])
+    return late.slope / whole.slope
