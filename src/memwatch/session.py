@@ -19,13 +19,16 @@ import time
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from memwatch.errors import ConfigError
 from memwatch.findings import Finding
 from memwatch.probes.base import DeviceProbe, Probe
+from memwatch.recorder import FlightRecorder, RecorderConfig, parse_bundle_on
 from memwatch.sampler import BackgroundSampler, SlowReader
 from memwatch.timeline import EpochSummary, Timeline
+from memwatch.watchdog import Watchdog, parse_watchdog
 
 log = logging.getLogger("memwatch")
 
@@ -92,6 +95,16 @@ class MemWatch:
         analyze: run the analyzer at every ``end_epoch()``.
         census: tensor census at epoch ends: ``"auto"`` (when cheap or when growth is suspected),
             ``"always"`` or ``"never"``.
+        recorder: write OOM bundles under ``<out_dir>/oom/`` (see ``docs/flight-recorder.md``).
+        bundle_on: which failures write a bundle: ``"oom"`` (every OOM class, default), ``"all"``,
+            ``"none"`` or a tuple of ``"cuda_oom"``, ``"host_oom"``, ``"mps_oom"``, ``"other"``.
+        max_bundles, max_total_bytes: retention of ``<out_dir>/oom`` (oldest deleted first).
+        max_bundle_bytes: one bundle over this is trimmed, largest optional files first.
+        record_history: record the CUDA allocator's allocation history (costs a stack walk per
+            allocation; makes ``snapshot.pickle`` show who allocated what).
+        signals: SIGTERM/SIGUSR1 write a bundle, then go to the previous handler.
+        watchdog: ``True`` (defaults), ``False``, a dict or a
+            :class:`memwatch.watchdog.WatchdogConfig` (thresholds and actions).
 
     Example::
 
@@ -120,6 +133,14 @@ class MemWatch:
         analyze: bool = True,
         census: str = "auto",
         analyzer_config: Any = None,
+        recorder: bool = True,
+        bundle_on: Any = "oom",
+        max_bundles: int = 20,
+        max_bundle_bytes: int = 256 << 20,
+        max_total_bytes: int = 1 << 30,
+        record_history: bool = False,
+        signals: bool = True,
+        watchdog: Any = True,
     ) -> None:
         self._device_spec = _validate_device(device)
         self.host = bool(host)
@@ -146,6 +167,21 @@ class MemWatch:
         self.census_mode = census
         self.analyze = bool(analyze)
         self._analyzer_config = analyzer_config
+        self._recorder_config = RecorderConfig(
+            enabled=bool(recorder), bundle_on=parse_bundle_on(bundle_on),
+            max_bundles=max_bundles, max_bundle_bytes=max_bundle_bytes,
+            max_total_bytes=max_total_bytes, record_history=bool(record_history),
+            signals=bool(signals),
+        )
+        self._watchdog_config = parse_watchdog(watchdog)
+        self.recorder: FlightRecorder | None = None
+        self.watchdog: Watchdog | None = None
+        #: Set by the watchdog's "stop" action; integrations map it to their framework's flag.
+        self.should_stop = False
+        # step() compares one int with this: the watchdog/recorder tick runs every N steps only.
+        self._tick_due = sys.maxsize
+        self._tick_every = (self._watchdog_config.every_n_steps
+                            if self._watchdog_config is not None else 50)
 
         self.device: DeviceProbe | None = None
         self.probes: list[Probe] = []
@@ -195,6 +231,7 @@ class MemWatch:
         self._sampler.start()
         if self.analyze:
             self._start_analyzer()
+        self._start_recorder_and_watchdog()
         self._running = True
         _register_fork_guard(self)
         return self
@@ -237,6 +274,31 @@ class MemWatch:
                 "pick whatever is available, or device='cpu' to watch host memory only."
             ) from e
 
+    def _start_recorder_and_watchdog(self) -> None:
+        if self._recorder_config.enabled:
+            try:
+                self.recorder = FlightRecorder(self, self._recorder_config)
+                self.recorder.start()
+            except Exception as e:  # noqa: BLE001
+                self.recorder = None
+                self._disable("flight recorder", e)
+        if self._watchdog_config is not None:
+            self.watchdog = Watchdog(self, self._watchdog_config)
+        if self.recorder is not None or self.watchdog is not None:
+            self._tick_due = self.step_count + self._tick_every
+
+    def _tick(self) -> None:
+        """Every N steps, on the training thread: watchdog thresholds, unclaimed OOM captures."""
+        self._tick_due = self.step_count + self._tick_every
+        try:
+            if self.recorder is not None:
+                self.recorder.on_step_boundary()
+            if self.watchdog is not None and "watchdog" not in self.disabled:
+                self.watchdog.check()
+        except Exception as e:  # noqa: BLE001
+            self._disable("watchdog", e)
+            self.watchdog = None
+
     def _start_analyzer(self) -> None:
         try:
             from memwatch.analysis import Analyzer
@@ -255,6 +317,12 @@ class MemWatch:
         self._running = False
         if os.getpid() != self._pid:
             return  # a forked child owns none of this
+        self._tick_due = sys.maxsize
+        if self.recorder is not None:
+            try:
+                self.recorder.close()
+            except Exception:  # noqa: BLE001
+                log.debug("memwatch: flight recorder failed to close", exc_info=True)
         if self._sampler is not None:
             self._sampler.stop()
         for p in self.probes:
@@ -288,6 +356,8 @@ class MemWatch:
             self.step_count += 1
         except Exception:  # noqa: BLE001
             self._recover_step()
+        if self.step_count >= self._tick_due:
+            self._tick()
 
     def _recover_step(self) -> None:
         """Slow path after a failure: find the failing probe, disable it, keep sampling."""
@@ -346,7 +416,39 @@ class MemWatch:
             except Exception as e:  # noqa: BLE001
                 self._disable("analyzer", e)
         self.findings.extend(new)
+        if self.watchdog is not None and new and "watchdog" not in self.disabled:
+            try:
+                self.watchdog.on_findings(new)
+            except Exception as e:  # noqa: BLE001
+                self._disable("watchdog", e)
         return new
+
+    # ------------------------------------------------------------------ flight recorder
+    def dump(self, reason: str, exc: BaseException | None = None) -> Path | None:
+        """Write a bundle now (``trigger="manual"``); returns its path, or None (never raises)."""
+        if self.recorder is None:
+            return None
+        return self.recorder.dump(reason, exc)
+
+    def handle_exception(self, exc: BaseException) -> Path | None:
+        """The one entry point for a failure: classify ``exc``, write a bundle if configured for
+        its class (reusing the pre-unwind OOM capture), tag ``exc`` with a note and a
+        ``memwatch_bundle`` attribute. Never replaces or swallows ``exc``; one bundle per exception.
+        """
+        if self.recorder is None:
+            return None
+        return self.recorder.handle_exception(exc)
+
+    @contextmanager
+    def capture_oom(self) -> Iterator[None]:
+        """An OOM raised inside gets a bundle (whatever ``bundle_on`` says); every exception is
+        re-raised unchanged."""
+        try:
+            yield
+        except BaseException as e:
+            if self.recorder is not None:
+                self.recorder.handle_exception(e, force_oom=True)
+            raise
 
     # ------------------------------------------------------------------ reading
     def latest(self) -> dict[str, float]:
@@ -435,5 +537,8 @@ def watch(**kwargs: Any) -> Iterator[MemWatch]:
     mw.start()
     try:
         yield mw
+    except BaseException as e:
+        mw.handle_exception(e)  # a bundle when configured; the exception propagates unchanged
+        raise
     finally:
         mw.close()

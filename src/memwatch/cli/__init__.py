@@ -1,0 +1,70 @@
+"""The ``memwatch`` command line: one command class per file, its docstring is its help.
+
+Bad input (a missing path, a truncated or corrupted bundle, a manifest of an unknown schema, a
+snapshot that is not a plain pickle) prints one line on stderr and exits with code 2.
+
+Example::
+
+    >>> from memwatch.cli import main
+    >>> main(["ls", str(tmp)])
+    no bundles under ...
+    0
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from memwatch._version import __version__
+from memwatch.cli._base import Command
+from memwatch.cli.inspect import InspectCommand
+from memwatch.cli.ls import LsCommand
+from memwatch.cli.report import ReportCommand
+from memwatch.errors import MemwatchError
+
+__all__ = ["COMMANDS", "main"]
+
+COMMANDS: tuple[type[Command], ...] = (LsCommand, InspectCommand, ReportCommand)
+
+
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
+    parser = argparse.ArgumentParser(
+        prog="memwatch", description="Inspect memwatch OOM bundles and write reports.")
+    parser.add_argument("--version", action="version", version=f"memwatch {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands: dict[str, Command] = {}
+    for cls in COMMANDS:
+        cmd = cls()
+        doc = (cls.__doc__ or "").strip()
+        module_doc = (sys.modules[cls.__module__].__doc__ or "").strip()
+        p = sub.add_parser(cmd.name, help=doc.splitlines()[0] if doc else None,
+                           description=module_doc or doc,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        cmd.add_arguments(p)
+        commands[cmd.name] = cmd
+    return parser, commands
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (0 ok, 2 bad input or usage)."""
+    parser, commands = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse: usage errors exit 2, --help/--version exit 0
+        return int(e.code) if isinstance(e.code, int) else 2
+    try:
+        return commands[args.command].run(args)
+    except MemwatchError as e:
+        print(f"memwatch {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"memwatch {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Classify an exception as an out-of-memory error and parse the numbers in its message.
+
+Classes: ``cuda_oom`` (``torch.OutOfMemoryError``, "CUDA/HIP out of memory", and
+:class:`memwatch.testing.FakeDevice`'s imitation), ``mps_oom`` ("MPS backend out of memory"),
+``host_oom`` (``MemoryError``, the CPU allocator's "DefaultCPUAllocator: can't allocate memory")
+and ``other``. The cause/context chain is searched too: frameworks often wrap an OOM.
+
+Example::
+
+    >>> from memwatch.oom import classify
+    >>> c = classify(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+    ...                           "total capacity of 15.78 GiB of which 1.50 GiB is free."))
+    >>> c.kind, c.numbers["tried_to_allocate"], c.numbers["free"]
+    ('cuda_oom', 2147483648, 1610612736)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+__all__ = ["OOM_KINDS", "Classification", "classify", "parse_oom_message"]
+
+OOM_KINDS: tuple[str, ...] = ("cuda_oom", "host_oom", "mps_oom")
+KINDS: tuple[str, ...] = (*OOM_KINDS, "other")
+
+# torch's format_size prints binary units; the MPS message labels them GB/MB but means GiB/MiB.
+_UNITS = {
+    "bytes": 1, "byte": 1, "b": 1,
+    "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+    "kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30, "tb": 1 << 40,
+}
+_SIZE = r"(?P<num>\d+(?:\.\d+)?)\s*(?P<unit>[KMGT]i?B|bytes?)"
+
+# (field, pattern) pairs for the current and older CUDA messages, MPS and the CPU allocator.
+_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (name, re.compile(pat, re.IGNORECASE))
+    for name, pat in (
+        ("tried_to_allocate", r"tried to allocate " + _SIZE),
+        ("total_capacity", r"total capacity of " + _SIZE),
+        ("total_capacity", _SIZE + r" total capacity"),
+        ("free", r"of which " + _SIZE + r" is free"),
+        ("free", _SIZE + r" free\b"),
+        ("in_use_by_process", r"this process has " + _SIZE + r" memory in use"),
+        ("allocated_by_pytorch", _SIZE + r" is allocated by PyTorch"),
+        ("allocated_by_pytorch", _SIZE + r" already allocated"),
+        ("reserved_unallocated", _SIZE + r" is reserved by PyTorch but unallocated"),
+        ("reserved_by_pytorch", _SIZE + r" reserved in total by PyTorch"),
+        ("mps_allocated", r"MPS allocated: " + _SIZE),
+        ("mps_other_allocations", r"other allocations: " + _SIZE),
+        ("mps_max_allowed", r"max allowed: " + _SIZE),
+    )
+)
+_GPU_RE = re.compile(r"GPU (\d+)")
+_CPU_BYTES_RE = re.compile(r"you tried to allocate (\d+) bytes", re.IGNORECASE)
+
+
+@dataclasses.dataclass
+class Classification:
+    """What kind of failure an exception is, and the figures its message gives."""
+
+    kind: str  # one of KINDS
+    exception: BaseException  # the exception in the chain that was recognised
+    numbers: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def is_oom(self) -> bool:
+        return self.kind in OOM_KINDS
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "is_oom": self.is_oom,
+                "matched_type": _qualname(type(self.exception)), "numbers": dict(self.numbers)}
+
+
+def _qualname(t: type) -> str:
+    mod = t.__module__
+    return t.__qualname__ if mod == "builtins" else f"{mod}.{t.__qualname__}"
+
+
+def _to_bytes(num: str, unit: str) -> int:
+    return int(round(float(num) * _UNITS[unit.lower()]))
+
+
+def parse_oom_message(message: str) -> dict[str, int]:
+    """Every figure an OOM message states, in bytes (plus ``gpu`` index when given)."""
+    out: dict[str, int] = {}
+    m = _CPU_BYTES_RE.search(message)
+    if m:
+        out["tried_to_allocate"] = int(m.group(1))
+    for name, pat in _PATTERNS:
+        if name in out:
+            continue
+        m = pat.search(message)
+        if m:
+            out[name] = _to_bytes(m.group("num"), m.group("unit"))
+    g = _GPU_RE.search(message)
+    if g:
+        out["gpu"] = int(g.group(1))
+    return out
+
+
+def _kind_of(exc: BaseException) -> str:
+    msg = str(exc) if exc.args else ""
+    t = type(exc)
+    if "MPS backend out of memory" in msg:
+        return "mps_oom"
+    if "CUDA out of memory" in msg or "HIP out of memory" in msg:
+        return "cuda_oom"
+    names = {c.__name__ for c in t.__mro__}
+    if "OutOfMemoryError" in names and (
+        t.__module__.startswith("torch") or t.__name__ == "FakeOutOfMemoryError"
+    ):
+        return "cuda_oom"
+    if isinstance(exc, MemoryError) or "DefaultCPUAllocator: can't allocate memory" in msg:
+        return "host_oom"
+    return "other"
+
+
+def _chain(exc: BaseException, limit: int = 8) -> list[BaseException]:
+    seen: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and len(seen) < limit and all(cur is not s for s in seen):
+        seen.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return seen
+
+
+def classify(exc: BaseException) -> Classification:
+    """Classify ``exc`` (or the first OOM in its cause/context chain)."""
+    for e in _chain(exc):
+        kind = _kind_of(e)
+        if kind != "other":
+            try:
+                numbers = parse_oom_message(str(e))
+            except Exception:  # noqa: BLE001 - a weird __str__ must not break classification
+                numbers = {}
+            return Classification(kind, e, numbers)
+    return Classification("other", exc, {})

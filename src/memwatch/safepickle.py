@@ -1,0 +1,83 @@
+"""A restricted unpickler for allocator snapshots: plain containers and scalars only.
+
+PyTorch's allocator snapshots (``torch.cuda.memory._snapshot()``, ``_dump_snapshot``) are pickles
+of dicts, lists, strings and numbers. The stdlib unpickler would run whatever callable a pickle
+names (``os.system`` through ``__reduce__``), so a bundle received from someone else must never be
+opened with it. This unpickler resolves no global at all except the two harmless constructors that
+older pickle protocols use for sets, refuses persistent ids, and caps the input size.
+
+Example::
+
+    >>> import pickle
+    >>> from memwatch.safepickle import loads
+    >>> loads(pickle.dumps({"segments": [{"size": 512, "blocks": ()}]}))
+    {'segments': [{'size': 512, 'blocks': ()}]}
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+from typing import Any
+
+from memwatch.errors import UnsafePickleError
+
+__all__ = ["MAX_BYTES", "dump", "load", "loads"]
+
+#: Snapshots larger than this are refused (a real one with history is tens of MiB).
+MAX_BYTES = 1 << 30
+
+# Protocols 0-2 build sets and frozensets by calling these; calling them on a list runs no user
+# code. Everything else (os.system, builtins.eval, getattr, any class) is refused.
+_ALLOWED_GLOBALS = frozenset({("builtins", "set"), ("builtins", "frozenset"),
+                              ("__builtin__", "set"), ("__builtin__", "frozenset")})
+
+
+class _Restricted(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _ALLOWED_GLOBALS:
+            return set if name == "set" else frozenset
+        raise UnsafePickleError(
+            f"snapshot pickle refers to {module}.{name}: only plain containers and scalars are "
+            "allowed (this file was not written by memwatch or torch's snapshot, or was tampered "
+            "with); it was not loaded"
+        )
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise UnsafePickleError("snapshot pickle uses persistent ids; only plain data is allowed")
+
+
+def loads(data: bytes) -> Any:
+    """Unpickle ``data`` allowing only plain containers and scalars.
+
+    Raises :class:`memwatch.errors.UnsafePickleError` for anything else (a global, a class, a
+    persistent id) and for a truncated or corrupted pickle; never executes code from ``data``.
+    """
+    if len(data) > MAX_BYTES:
+        raise UnsafePickleError(f"snapshot pickle is {len(data)} bytes, over the {MAX_BYTES} cap")
+    try:
+        return _Restricted(io.BytesIO(data)).load()
+    except UnsafePickleError:
+        raise
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError,
+            AttributeError, MemoryError, RecursionError, UnicodeDecodeError) as e:
+        raise UnsafePickleError(f"snapshot pickle is truncated or corrupted ({e})") from None
+
+
+def load(path: str | os.PathLike[str]) -> Any:
+    """Read and :func:`loads` a file."""
+    size = os.path.getsize(path)
+    if size > MAX_BYTES:
+        raise UnsafePickleError(f"{os.fspath(path)} is {size} bytes, over the {MAX_BYTES} cap")
+    with open(path, "rb") as f:
+        return loads(f.read())
+
+
+def dump(obj: Any, f: io.BufferedWriter | Any) -> None:
+    """Pickle plain data to a binary file with a protocol whose containers need no globals.
+
+    Protocol 4 frames the output in 64 KiB chunks, so writing streams instead of building the whole
+    pickle in memory first (bundles are written when memory is scarce).
+    """
+    pickle.Pickler(f, protocol=4).dump(obj)

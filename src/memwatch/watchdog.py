@@ -1,0 +1,320 @@
+"""The watchdog: act before the crash when memwatch can see it coming.
+
+Two kinds of trigger:
+
+* **utilization** of a known limit (device total, cgroup/physical host memory), per scope
+  (``device``, ``host``): ``warning`` and ``critical`` thresholds with hysteresis, so a run
+  hovering at the threshold gets one alert per crossing, not one per sample;
+* **forecast**: an analyzer finding of kind ``near_oom``, or any finding whose ``steps_to_oom``
+  is below ``horizon_steps`` (one alert per finding kind and metric until it goes away).
+
+Actions, per trigger level: ``"alert"`` (the ``alert`` callback, or a log warning),
+``"cleanup"`` (``gc.collect()`` + ``empty_cache()`` on the training thread at a step boundary,
+rate-limited, the bytes it freed measured), ``"bundle"`` (a pre-OOM bundle through the flight
+recorder) and ``"stop"`` (sets ``MemWatch.should_stop``; integrations map it to
+``trainer.should_stop`` / ``control.should_training_stop``; a plain loop checks it).
+
+It runs from ``MemWatch.step()`` every ``every_n_steps`` steps (the per-step cost is one integer
+comparison) and from ``end_epoch()`` with the new findings.
+
+Example::
+
+    >>> import memwatch
+    >>> from memwatch.testing import FakeDevice
+    >>> from memwatch.watchdog import WatchdogConfig
+    >>> alerts = []
+    >>> dev = FakeDevice(total_bytes=1000 * 2**20)
+    >>> cfg = WatchdogConfig(every_n_steps=1, alert=alerts.append, on_critical=("alert", "stop"))
+    >>> with memwatch.watch(device=dev, host=False, workers=False, out_dir=str(tmp),
+    ...                     watchdog=cfg) as mw:
+    ...     for mib in (100, 900, 910, 960, 970):
+    ...         dev.set(allocated=mib * 2**20)
+    ...         mw.step()
+    >>> [a.level for a in alerts], mw.should_stop
+    (['warning', 'critical'], True)
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import gc
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from memwatch.errors import ConfigError
+from memwatch.units import fmt_bytes
+
+if TYPE_CHECKING:
+    from memwatch.findings import Finding
+    from memwatch.session import MemWatch
+
+__all__ = ["ACTIONS", "Alert", "Watchdog", "WatchdogConfig", "parse_watchdog"]
+
+log = logging.getLogger("memwatch")
+
+ACTIONS: frozenset[str] = frozenset({"alert", "cleanup", "bundle", "stop"})
+_LEVELS = {"ok": 0, "warning": 1, "critical": 2}
+_LIMITS_REFRESH_S = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchdogConfig:
+    """Watchdog thresholds and actions (``MemWatch(watchdog=WatchdogConfig(...))`` or a dict).
+
+    Args:
+        every_n_steps: how often ``step()`` runs the threshold check.
+        warning, critical: utilization (0-1] of a known limit that raises each level.
+        hysteresis: a level re-arms only once utilization falls this far below its threshold.
+        horizon_steps: forecast alerts for findings with fewer ``steps_to_oom`` than this.
+        on_warning, on_critical, on_forecast: actions among ``alert``, ``cleanup``, ``bundle``,
+            ``stop``.
+        alert: callback receiving each :class:`Alert` (default: a ``memwatch`` log warning).
+        cleanup_min_interval_s: at most one cleanup per this many seconds (``gc.collect`` on a
+            big heap costs real time).
+    """
+
+    enabled: bool = True
+    every_n_steps: int = 50
+    warning: float = 0.85
+    critical: float = 0.95
+    hysteresis: float = 0.05
+    horizon_steps: float = 2000.0
+    on_warning: tuple[str, ...] = ("alert",)
+    on_critical: tuple[str, ...] = ("alert", "bundle")
+    on_forecast: tuple[str, ...] = ("alert",)
+    alert: Callable[[Alert], Any] | None = None
+    cleanup_min_interval_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        n = self.every_n_steps
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ConfigError(f"watchdog every_n_steps={n!r} must be an int >= 1, e.g. 50.")
+        for name in ("warning", "critical"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not 0 < v <= 1.5:
+                raise ConfigError(f"watchdog {name}={v!r} must be a fraction of the limit in "
+                                  "(0, 1.5], e.g. 0.85.")
+        if self.warning > self.critical:
+            raise ConfigError(f"watchdog warning={self.warning} is above critical="
+                              f"{self.critical}; warning must be the lower threshold.")
+        h = self.hysteresis
+        if not isinstance(h, (int, float)) or not 0 <= h < self.warning:
+            raise ConfigError(f"watchdog hysteresis={h!r} must be >= 0 and below warning, "
+                              "e.g. 0.05.")
+        hz = self.horizon_steps
+        if not isinstance(hz, (int, float)) or not hz > 0 or math.isnan(hz):
+            raise ConfigError(f"watchdog horizon_steps={hz!r} must be a positive number.")
+        for name in ("on_warning", "on_critical", "on_forecast"):
+            acts = getattr(self, name)
+            if isinstance(acts, str):
+                acts = (acts,)
+                object.__setattr__(self, name, acts)
+            bad = [a for a in acts if a not in ACTIONS]
+            if bad:
+                raise ConfigError(f"watchdog {name}={acts!r}: unknown action(s) {bad}; use "
+                                  f"{sorted(ACTIONS)}.")
+        if self.alert is not None and not callable(self.alert):
+            raise ConfigError(f"watchdog alert={self.alert!r} must be a callable taking an Alert.")
+        c = self.cleanup_min_interval_s
+        if not isinstance(c, (int, float)) or c < 0:
+            raise ConfigError(f"watchdog cleanup_min_interval_s={c!r} must be >= 0 seconds.")
+
+
+def parse_watchdog(value: Any) -> WatchdogConfig | None:
+    """``True`` (defaults), ``False``/``None`` (off), a :class:`WatchdogConfig` or a dict."""
+    if value is True:
+        return WatchdogConfig()
+    if value is False or value is None:
+        return None
+    if isinstance(value, WatchdogConfig):
+        return value if value.enabled else None
+    if isinstance(value, Mapping):
+        try:
+            cfg = WatchdogConfig(**value)
+        except TypeError as e:
+            names = sorted(f.name for f in dataclasses.fields(WatchdogConfig))
+            raise ConfigError(f"watchdog={dict(value)!r}: {e}; known options: {names}.") from None
+        return cfg if cfg.enabled else None
+    raise ConfigError(f"watchdog={value!r}: use True, False, a dict or a WatchdogConfig.")
+
+
+@dataclasses.dataclass
+class Alert:
+    """One watchdog event, with what the watchdog did about it."""
+
+    level: str  # "warning" | "critical" | "forecast"
+    scope: str  # "device" | "host" | the finding's metric
+    metric: str
+    message: str
+    step: int
+    value: float | None = None
+    limit: float | None = None
+    utilization: float | None = None
+    finding: dict[str, Any] | None = None
+    actions: list[str] = dataclasses.field(default_factory=list)
+    freed_bytes: dict[str, float] | None = None
+    bundle: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["bundle"] = str(self.bundle) if self.bundle else None
+        return d
+
+
+class Watchdog:
+    """Checks thresholds and forecasts for one session and runs the configured actions."""
+
+    def __init__(self, session: MemWatch, config: WatchdogConfig) -> None:
+        self.session = session
+        self.config = config
+        self.alerts: collections.deque[Alert] = collections.deque(maxlen=256)
+        self.cleanups: list[dict[str, float]] = []
+        self._state: dict[str, int] = {}
+        self._forecast_active: set[tuple[str, str]] = set()
+        self._limits: dict[str, float] = {}
+        self._limits_at = -math.inf
+        self._last_cleanup = -math.inf
+        self._callback_failed = False
+
+    # ------------------------------------------------------------------ thresholds
+    def _current_limits(self) -> dict[str, float]:
+        now = time.monotonic()
+        if now - self._limits_at > _LIMITS_REFRESH_S:
+            self._limits = self.session.limits()
+            self._limits_at = now
+        return self._limits
+
+    def utilization(self) -> dict[str, tuple[float, str, float, float]]:
+        """Per scope: (utilization, metric, value, limit) of the fullest metric with a limit."""
+        latest = self.session.latest()
+        out: dict[str, tuple[float, str, float, float]] = {}
+        for metric, limit in self._current_limits().items():
+            v = latest.get(metric)
+            if v is None or not limit or limit <= 0 or math.isnan(v):
+                continue
+            scope = metric.split(".", 1)[0]
+            u = v / limit
+            if scope not in out or u > out[scope][0]:
+                out[scope] = (u, metric, v, limit)
+        return out
+
+    def check(self) -> list[Alert]:
+        """Compare utilization with the thresholds; fire one alert per upward crossing."""
+        cfg = self.config
+        fired: list[Alert] = []
+        for scope, (u, metric, value, limit) in self.utilization().items():
+            state = self._state.get(scope, 0)
+            # Hysteresis: a level holds while utilization stays within `hysteresis` below its
+            # threshold, so noise around a threshold cannot fire a second alert.
+            if u >= cfg.critical or (state == 2 and u >= cfg.critical - cfg.hysteresis):
+                new = 2
+            elif u >= cfg.warning or (state >= 1 and u >= cfg.warning - cfg.hysteresis):
+                new = 1
+            else:
+                new = 0
+            if new > state:
+                level = "critical" if new == 2 else "warning"
+                msg = (f"{scope} memory at {u * 100:.1f}% of its limit ({metric} "
+                       f"{fmt_bytes(value)} of {fmt_bytes(limit)}; {level} threshold "
+                       f"{(cfg.critical if new == 2 else cfg.warning) * 100:.0f}%)")
+                alert = Alert(level, scope, metric, msg, self.session.step_count, value, limit, u)
+                self._act(alert, cfg.on_critical if new == 2 else cfg.on_warning)
+                fired.append(alert)
+            self._state[scope] = new
+        return fired
+
+    # ------------------------------------------------------------------ forecasts
+    def on_findings(self, findings: Iterable[Finding]) -> list[Alert]:
+        """Forecast alerts from the findings of one epoch end."""
+        cfg = self.config
+        fired: list[Alert] = []
+        current: set[tuple[str, str]] = set()
+        for f in findings:
+            steps = f.steps_to_oom
+            imminent = f.kind == "near_oom" or (
+                steps is not None and math.isfinite(steps) and steps < cfg.horizon_steps)
+            if not imminent:
+                continue
+            key = (f.kind, f.metric)
+            current.add(key)
+            if key in self._forecast_active:
+                continue
+            eta = f" (about {steps:.0f} steps to OOM)" if steps is not None else ""
+            alert = Alert("forecast", f.metric.split(".", 1)[0], f.metric,
+                          f"{f.kind} on {f.metric}{eta}: {f.message}", self.session.step_count,
+                          finding=f.to_dict())
+            self._act(alert, cfg.on_forecast)
+            fired.append(alert)
+        self._forecast_active = current
+        return fired
+
+    # ------------------------------------------------------------------ actions
+    def _act(self, alert: Alert, actions: tuple[str, ...]) -> None:
+        alert.actions = list(actions)
+        if "cleanup" in actions:
+            alert.freed_bytes = self.cleanup()
+            if alert.freed_bytes is not None:
+                alert.message += "; cleanup freed " + ", ".join(
+                    f"{k} {fmt_bytes(v)}" for k, v in alert.freed_bytes.items())
+        if "bundle" in actions and self.session.recorder is not None:
+            alert.bundle = self.session.recorder._dump(
+                f"watchdog {alert.level}: {alert.message}", None, trigger="watchdog")
+        if "stop" in actions:
+            self.session.should_stop = True
+            alert.message += "; asked the run to stop gracefully (should_stop=True)"
+        self.alerts.append(alert)
+        if "alert" in actions:
+            self._notify(alert)
+
+    def _notify(self, alert: Alert) -> None:
+        cb = self.config.alert
+        if cb is None:
+            log.warning("memwatch watchdog [%s]: %s", alert.level, alert.message)
+            return
+        try:
+            cb(alert)
+        except Exception as e:  # noqa: BLE001 - a broken callback must not break training
+            if not self._callback_failed:
+                self._callback_failed = True
+                log.warning("memwatch: watchdog alert callback failed (%s: %s); falling back to "
+                            "log warnings", type(e).__name__, e)
+            log.warning("memwatch watchdog [%s]: %s", alert.level, alert.message)
+
+    def _readings(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        dev = self.session.device
+        if dev is not None:
+            vals = dict(zip(dev.fast_keys, dev.read_fast(), strict=False))
+            if "device.reserved" in vals:
+                out["device.reserved"] = float(vals["device.reserved"])
+        from memwatch.recorder import _rss_now
+
+        rss = _rss_now()
+        if rss is not None:
+            out["host.rss"] = float(rss)
+        return out
+
+    def cleanup(self, force: bool = False) -> dict[str, float] | None:
+        """``gc.collect()`` + ``empty_cache()``; returns bytes freed per metric (None when
+        rate-limited). Call on the training thread, at a step boundary."""
+        now = time.monotonic()
+        if not force and now - self._last_cleanup < self.config.cleanup_min_interval_s:
+            return None
+        self._last_cleanup = now
+        before = self._readings()
+        t0 = time.perf_counter()
+        gc.collect()
+        dev = self.session.device
+        if dev is not None:
+            dev.empty_cache()
+        after = self._readings()
+        freed = {k: before[k] - after[k] for k in before if k in after}
+        self.cleanups.append({**freed, "seconds": time.perf_counter() - t0})
+        log.info("memwatch: cleanup freed %s", ", ".join(
+            f"{k} {fmt_bytes(v)}" for k, v in freed.items()) or "nothing measurable")
+        return freed
