@@ -268,6 +268,17 @@ def find_holder(obj_id: int, max_depth: int = 10, budget_s: float = 2.0) -> Hold
         walker.ignore.clear()
 
 
+def objects_by_ids(ids: set[int]) -> dict[int, Any]:
+    """Live objects whose ``id`` is in ``ids`` (one pass over the collector's objects)."""
+    out: dict[int, Any] = {}
+    if not ids:
+        return out
+    for o in gc.get_objects():
+        if id(o) in ids:
+            out[id(o)] = o
+    return out
+
+
 def _object_by_id(obj_id: int) -> Any | None:
     for o in gc.get_objects():
         if id(o) == obj_id:
@@ -535,6 +546,4 @@ def _index_of(seq: Any, item: Any) -> str:
 
 def _module_label(mod: types.ModuleType) -> str:
     f = getattr(mod, "__file__", None)
-    if mod.__name__ == "__main__" and f:
-        return os.path.basename(f)
-    return os.path.basename(f) if f else mod.__name__
+    return os.path.basename(str(f)) if f else str(mod.__name__)

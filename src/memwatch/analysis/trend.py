@@ -25,7 +25,7 @@ _Z = {0.90: 1.6448536, 0.95: 1.9599640, 0.99: 2.5758293}
 
 def bucket(values: npt.ArrayLike, n_buckets: int = 256) -> tuple[FloatArray, FloatArray]:
     """Split a raw series into ``n_buckets`` equal buckets: (mid index, floor) per bucket."""
-    y = np.asarray(values, dtype=np.float64)
+    y: FloatArray = np.asarray(values, dtype=np.float64)
     n = len(y)
     if n <= n_buckets:
         return np.arange(n, dtype=np.float64), y.copy()
@@ -59,10 +59,10 @@ def _pairwise(t: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray]:
     return t[j] - t[i], y[j] - y[i]
 
 
-def trend_test(t: npt.ArrayLike, y: npt.ArrayLike, confidence: float = 0.95) -> Trend:
+def trend_test(t_in: npt.ArrayLike, y_in: npt.ArrayLike, confidence: float = 0.95) -> Trend:
     """Mann–Kendall + Theil–Sen on ``y`` against ``t`` (NaNs dropped)."""
-    t = np.asarray(t, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
+    t: FloatArray = np.asarray(t_in, dtype=np.float64)
+    y: FloatArray = np.asarray(y_in, dtype=np.float64)
     ok = ~(np.isnan(t) | np.isnan(y))
     t, y = t[ok], y[ok]
     n = len(y)
@@ -111,9 +111,9 @@ def _lag1(x: FloatArray) -> float:
     return float((x[:-1] * x[1:]).sum() / den)
 
 
-def diff_noise(y: npt.ArrayLike) -> float:
+def diff_noise(y_in: npt.ArrayLike) -> float:
     """Robust noise scale from first differences (insensitive to trends and single jumps)."""
-    y = np.asarray(y, dtype=np.float64)
+    y: FloatArray = np.asarray(y_in, dtype=np.float64)
     y = y[~np.isnan(y)]
     if len(y) < 3:
         return 0.0

@@ -1,0 +1,319 @@
+"""Findings a person can read: messages, culprits and suggestions specific to the culprit."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from memwatch.analysis.shapes import EpochStats
+from memwatch.findings import Finding, Severity
+from memwatch.timeline import EpochSummary
+from memwatch.units import fmt_bytes, fmt_duration
+
+
+def _where(metric: str) -> str:
+    return {
+        "device.allocated": "Memory allocated by tensors on the accelerator",
+        "device.reserved": "Memory reserved by the accelerator's caching allocator",
+        "host.rss": "This process's resident host memory (RSS)",
+        "host.uss": "This process's private host memory (USS)",
+        "workers.uss": "Private memory (USS) of the DataLoader worker processes",
+        "workers.rss": "Resident memory of the DataLoader worker processes",
+    }.get(metric, metric)
+
+
+def _ci(slope_ci: tuple[float, float]) -> str:
+    lo, hi = slope_ci
+    return f"95% CI {fmt_bytes(lo)}–{fmt_bytes(hi)} per step"
+
+
+# --------------------------------------------------------------------------- leaks
+
+def leak(*, metric: str, stats: list[EpochStats], slope: float, slope_ci: tuple[float, float],
+         limit: float | None, peak_now: float, steps_to_oom: float | None,
+         seconds_to_oom: float | None, severity: Severity,
+         attribution: dict[str, Any]) -> Finding:
+    cur = stats[-1]
+    n_ep = sum(1 for s in stats if s.shape == "growing") or 1
+    culprit, suggestions, detail = _culprit(metric, attribution)
+    msg = (
+        f"{_where(metric)} grows by {fmt_bytes(slope)} per step ({_ci(slope_ci)}) and is not "
+        f"released at epoch ends: the floor rose from {fmt_bytes(stats[0].floor)} to "
+        f"{fmt_bytes(cur.floor)} over {len(stats)} epochs."
+    )
+    if steps_to_oom is not None and limit is not None:
+        msg += (
+            f" At this rate the {fmt_bytes(limit)} limit is reached in about "
+            f"{steps_to_oom:,.0f} steps ({fmt_duration(seconds_to_oom)})."
+        )
+    if detail:
+        msg += " " + detail
+    evidence = {
+        "slope_bytes_per_step": slope,
+        "slope_ci_low": slope_ci[0],
+        "slope_ci_high": slope_ci[1],
+        "mann_kendall_p": cur.trend.p,
+        "mann_kendall_z": cur.trend.z,
+        "lag1_autocorrelation": cur.trend.r1,
+        "epoch_floors": [s.floor for s in stats[-6:]],
+        "epoch_peaks": [s.peak for s in stats[-6:]],
+        "epochs_growing": n_ep,
+        "limit_bytes": limit,
+        "peak_bytes": peak_now,
+        **_attribution_evidence(attribution),
+    }
+    return Finding(kind="leak", metric=metric, severity=severity, message=msg,
+                   bytes_per_step=slope, steps_to_oom=steps_to_oom, seconds_to_oom=seconds_to_oom,
+                   culprit=culprit, suggestions=suggestions, evidence=evidence)
+
+
+def _attribution_evidence(a: dict[str, Any]) -> dict[str, Any]:
+    keep = ("census_ms", "attribution_ms", "objects_scanned", "tensors_scanned", "census_epochs",
+            "growing_groups", "python_object_growth", "graph_bytes", "explained_bytes",
+            "rss_growth_bytes", "census")
+    ev = {k: a[k] for k in keep if k in a}
+    h = a.get("holder")
+    if h is not None:
+        ev["holder"] = h.path
+        ev["holder_root"] = h.root
+        ev["hook_count"] = h.hook_count
+    return ev
+
+
+def _culprit(metric: str, a: dict[str, Any]) -> tuple[str | None, list[str], str]:
+    g = a.get("group")
+    h = a.get("holder")
+    if g is None:
+        if metric.startswith("host.") and a.get("python_object_growth"):
+            top = ", ".join(f"{n} (+{d})" for n, d in a["python_object_growth"][:3])
+            return (f"Python objects: {top}", [
+                "Growing Python objects, not tensors: look for containers that are appended to "
+                "every step (lists of dicts, logs of metrics) and bound or clear them.",
+                "For a precise allocation site, run with tracemalloc (MemWatch(...), "
+                "`memwatch.analysis.tracemalloc` docs) for one epoch.",
+            ], "")
+        return (None, [
+            "No growing group of live tensors was found between the last two censuses; run "
+            "another epoch (the census needs two epoch ends) or enable census='always'.",
+        ], "")
+    group = g.group
+    what = f"+{g.count_delta} × {group.describe()}"
+    graph = a.get("graph_bytes") or 0
+    suggestions: list[str] = []
+    detail = ""
+    if group.grad_fn:
+        per = f" (each keeps its autograd graph: about {fmt_bytes(graph)} of saved tensors)" \
+            if graph else " (each keeps its autograd graph and saved activations)"
+        what += per
+        detail = (f"The growing tensors have grad_fn={group.grad_fn}: every one held keeps its "
+                  "whole autograd graph alive, saved activations included.")
+        suggestions.append(
+            "Keep numbers, not graphs: store `loss.item()` (a Python float) or `loss.detach()` "
+            "instead of the tensor."
+        )
+        suggestions.append(
+            "If these come from evaluation, run it under `torch.no_grad()` or "
+            "`torch.inference_mode()`, and `.detach().cpu()` anything you keep."
+        )
+    culprit = what
+    if h is not None:
+        culprit = f"{h.path} — {what}"
+        if h.via_hook:
+            n = f" ({h.hook_count} hooks registered)" if h.hook_count else ""
+            suggestions.insert(0, (
+                f"A hook is registered again and again{n}: register it once, keep the handle "
+                "that `register_forward_hook` returns and call `handle.remove()` when done; "
+                "store `output.detach()` or a summary, not the output."
+            ))
+        elif h.via_traceback:
+            suggestions.insert(0, (
+                "A stored exception keeps its traceback, and every frame's locals (tensors "
+                "included) stay alive: keep `str(exc)` or `traceback.format_exc()` instead, "
+                "or drop the frames with `exc.with_traceback(None)`."
+            ))
+        elif h.container == "dict":
+            suggestions.insert(0, (
+                f"`{_short(h.path)}` is a cache without eviction: bound it "
+                "(`functools.lru_cache(maxsize=...)`, an OrderedDict with eviction) or clear "
+                "it every epoch."
+            ))
+        elif h.container in ("list", "deque", "set"):
+            suggestions.insert(0, (
+                f"`{_short(h.path)}` grows every step: bound it "
+                "(`collections.deque(maxlen=N)`) or clear it at the epoch end"
+                + (", and store Python numbers (`.item()`) rather than tensors."
+                   if not group.grad_fn else ".")
+            ))
+        elif h.root == "frame":
+            suggestions.insert(0, (
+                "A long-lived frame (a generator or a running loop) keeps these tensors in a "
+                "local variable; `del` it or rebind it each step."
+            ))
+    if not suggestions:
+        suggestions.append(
+            "Find where tensors of this shape are created and kept; `memwatch inspect` on a "
+            "bundle lists the largest groups with their holders."
+        )
+    return culprit, suggestions, detail
+
+
+def _short(path: str) -> str:
+    head = path.split(" → ")[0]
+    head = head.split(": ", 1)[-1]
+    while head.endswith("]") and "[" in head:
+        head = head[: head.rindex("[")]
+    return head
+
+
+def worker_leak(metric: str, stats: list[EpochStats], slope: float, workers: int,
+                steps_to_oom: float | None, horizon: float) -> Finding:
+    cur = stats[-1]
+    severity: Severity = "critical" if steps_to_oom is not None and steps_to_oom <= horizon \
+        else "warning"
+    msg = (
+        f"{_where(metric)} grows by {fmt_bytes(slope)} per step across {len(stats)} epochs "
+        f"({workers} workers, floor {fmt_bytes(stats[0].floor)} → {fmt_bytes(cur.floor)}), and "
+        "resident memory grows with it: each worker accumulates its own state (a per-worker "
+        "cache in the Dataset, growing lists in __getitem__), which copy-on-write does not "
+        "explain."
+    )
+    return Finding(
+        kind="leak", metric=metric, severity=severity, message=msg, bytes_per_step=slope,
+        steps_to_oom=steps_to_oom,
+        culprit=f"DataLoader worker processes ({workers}): per-worker growth in the Dataset",
+        suggestions=[
+            "Bound any cache your Dataset fills in `__getitem__` (it exists once per worker), "
+            "or move it to shared storage (a numpy memmap, an Arrow table).",
+            "With `persistent_workers=False` workers restart every epoch, which caps the "
+            "growth at one epoch's worth.",
+        ],
+        evidence={"pattern": "per_worker_growth", "workers": workers,
+                  "epoch_floors": [s.floor for s in stats[-6:]],
+                  "mann_kendall_p": cur.trend.p},
+    )
+
+
+def worker_cow(metric: str, cur: EpochStats, rss: EpochStats | None, workers: int) -> Finding:
+    msg = (
+        f"{_where(metric)} rose by {fmt_bytes(max(cur.rise, cur.growth))} while their resident "
+        "memory stayed flat: that is copy-on-write, not a leak. Forked workers share the "
+        "parent's pages until they touch them, and Python touches every object it reads "
+        "(reference counts), so shared pages become private one by one (pytorch#13246). It "
+        "stops when every page has been copied; summed RSS counts shared pages once per worker "
+        "and overstates it, USS/PSS are the honest numbers."
+    )
+    return Finding(
+        kind="plateau", metric=metric, severity="info", message=msg,
+        culprit=f"copy-on-write of the Dataset's Python objects in {workers} workers",
+        suggestions=[
+            "Keep the dataset in numpy arrays, a memmap or Arrow instead of lists/dicts of "
+            "Python objects: their pages are never written, so they stay shared.",
+        ],
+        evidence={"pattern": "copy_on_write", "workers": workers, "uss_rise": cur.rise,
+                  "rss_rise": rss.rise if rss is not None else None},
+    )
+
+
+# --------------------------------------------------------------------------- benign shapes
+
+def accumulation(metric: str, cur: EpochStats, prev: EpochStats | None) -> Finding:
+    base = prev.floor if prev is not None else cur.lo_start
+    msg = (
+        f"{_where(metric)} grows within each epoch (by about {fmt_bytes(cur.growth)}, "
+        f"{fmt_bytes(cur.slope)} per step) and is released at the epoch end: the floor returned "
+        f"to {fmt_bytes(base)}. This is epoch-scoped accumulation (outputs or metrics gathered "
+        "for the epoch), not a leak — but the peak grows with the epoch length."
+    )
+    return Finding(kind="accumulation", metric=metric, severity="info", message=msg,
+                   bytes_per_step=cur.slope,
+                   suggestions=["If epochs get longer, reduce what is gathered per step "
+                                "(`.item()`, `.cpu()`, running sums instead of lists)."],
+                   evidence={"epoch_rise": cur.rise, "floor": cur.floor, "peak": cur.peak})
+
+
+def plateau(metric: str, cur: EpochStats) -> Finding:
+    msg = (
+        f"{_where(metric)} grew by {fmt_bytes(max(cur.rise, 0))} and levelled off (the late "
+        f"half rises at {cur.saturation:.0%} of the early rate): a warm-up, a bounded cache "
+        "filling or allocator pools settling. Not a leak."
+    )
+    return Finding(kind="plateau", metric=metric, severity="info", message=msg,
+                   evidence={"saturation_ratio": cur.saturation, "rise": cur.rise,
+                             "floor": cur.floor})
+
+
+def step_change(metric: str, cur: EpochStats) -> Finding:
+    msg = (
+        f"{_where(metric)} jumped once by {fmt_bytes(cur.step_height)} around step "
+        f"{cur.step_at} and stayed flat before and after: a buffer allocated once (optimizer "
+        "state, a cache sized at first use). Not a leak unless it repeats."
+    )
+    return Finding(kind="step_change", metric=metric, severity="info", message=msg,
+                   evidence={"height": cur.step_height, "at_step": cur.step_at})
+
+
+# --------------------------------------------------------------------------- allocator
+
+def allocator_retention(metric: str, cur: EpochStats, slope: float, a: dict[str, Any],
+                        summary: EpochSummary) -> Finding:
+    msg = (
+        f"{_where(metric)} grows by {fmt_bytes(slope)} per step, but live tensors and Python "
+        f"objects do not (they explain {fmt_bytes(a.get('explained_bytes', 0))} of "
+        f"{fmt_bytes(a.get('rss_growth_bytes', 0))}): the C allocator is keeping freed memory "
+        "(glibc arenas fragment under many threads and mixed sizes). Nothing in your code holds "
+        "it, so no code fix applies."
+    )
+    return Finding(
+        kind="allocator_retention", metric=metric, severity="warning", message=msg,
+        bytes_per_step=slope,
+        suggestions=[
+            "Limit glibc arenas: `MALLOC_ARENA_MAX=2` in the environment.",
+            "Return free memory to the OS at epoch ends: "
+            "`ctypes.CDLL('libc.so.6').malloc_trim(0)`.",
+            "Use jemalloc or tcmalloc (`LD_PRELOAD=libjemalloc.so.2`), which fragment less.",
+        ],
+        evidence={"pattern": "allocator_retention", **_attribution_evidence(a)},
+    )
+
+
+def fragmentation(*, gap_now: float, gap_rise: float, slope: float, split: float,
+                  retries: float, reserved: float, total: float) -> Finding:
+    conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + os.environ.get(
+        "PYTORCH_ALLOC_CONF", "")
+    severity: Severity = "warning" if retries > 0 or gap_now > 0.25 * total else "info"
+    msg = (
+        f"The caching allocator holds {fmt_bytes(gap_now)} reserved but unallocated "
+        f"(it grew by {fmt_bytes(gap_rise)} this epoch) while allocated memory did not grow: "
+        f"fragmentation. {fmt_bytes(split)} sit in split blocks that cannot serve larger "
+        f"requests, and the allocator had to free its cache and retry {int(retries)} time(s)."
+    )
+    sugg = []
+    if "expandable_segments:True" not in conf:
+        sugg.append("Set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (before CUDA "
+                    "initialises): segments grow in place instead of fragmenting.")
+    sugg += [
+        "Keep tensor shapes stable between steps (pad variable-length batches to a few bucket "
+        "sizes); changing shapes splinter the cache.",
+        "If phases alternate (train/eval), `torch.cuda.empty_cache()` between them returns "
+        "unused segments.",
+    ]
+    return Finding(kind="fragmentation", metric="device.reserved", severity=severity,
+                   message=msg, bytes_per_step=slope, suggestions=sugg,
+                   evidence={"reserved_minus_allocated": gap_now, "rise": gap_rise,
+                             "inactive_split_bytes": split, "alloc_retries": retries,
+                             "reserved": reserved, "total": total,
+                             "alloc_conf": conf or None})
+
+
+def near_oom(metric: str, peak: float, limit: float, margin: float) -> Finding:
+    share = peak / limit if limit else 0.0
+    severity: Severity = "critical" if share >= 0.98 else "warning"
+    msg = (
+        f"{_where(metric)} peaked at {fmt_bytes(peak)}, {share:.0%} of the {fmt_bytes(limit)} "
+        f"limit (within the {margin:.0%} margin): the next larger batch, longer sequence or "
+        "evaluation pass may not fit."
+    )
+    return Finding(kind="near_oom", metric=metric, severity=severity, message=msg,
+                   suggestions=["Lower the batch size or enable activation checkpointing; "
+                                "check the per-step peak (device.peak) rather than the average."],
+                   evidence={"peak": peak, "limit": limit, "share": share})

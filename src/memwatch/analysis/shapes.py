@@ -1,0 +1,125 @@
+"""Per-epoch statistics of one metric and the shape of its series.
+
+The shape is decided on bucket floors (minimum per bucket), which removes the sawtooth of
+activations and temporaries inside a step: what remains is memory that is *held*.
+
+Shapes: ``flat``, ``growing`` (steady, significant, not levelling off), ``plateau`` (grew, then
+levelled off), ``step`` (one jump between flat stretches), ``unknown`` (too few points).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from memwatch.analysis.trend import Trend, diff_noise, saturation_ratio, step_change, trend_test
+from memwatch.timeline import EpochSummary
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapeConfig:
+    alpha: float = 0.01  # Mann–Kendall significance after the autocorrelation correction
+    min_growth_bytes: float = 256 * 1024  # an epoch's rise below this is never growth
+    min_growth_rel: float = 0.0002  # ... nor below this fraction of the metric's level
+    noise_k: float = 4.0  # ... nor below k times the floors' noise
+    warmup_fraction: float = 0.1  # of the first epoch, dropped before any trend test
+    saturation: float = 0.35  # late-half slope / whole slope below this: levelling off
+    step_share: float = 0.7  # a jump carrying this share of the rise is a step change
+
+
+@dataclasses.dataclass
+class EpochStats:
+    """One metric in one epoch."""
+
+    epoch: int
+    metric: str
+    n_points: int
+    n_steps: int
+    seconds_per_step: float
+    level: float
+    floor: float  # minimum over the epoch (after warm-up)
+    peak: float  # maximum over the epoch (bucket peaks)
+    lo_start: float  # floor over the first tenth of the epoch
+    lo_end: float  # floor over the last tenth
+    rise: float  # lo_end - lo_start
+    trend: Trend
+    noise: float
+    threshold: float
+    shape: str
+    saturation: float = 1.0
+    step_index: int | None = None
+    step_height: float = 0.0
+    step_at: int | None = None
+
+    @property
+    def slope(self) -> float:
+        return self.trend.slope
+
+    @property
+    def growth(self) -> float:
+        """Theil–Sen rise over the epoch's span."""
+        return max(self.trend.slope, 0.0) * max(self.n_steps - 1, 1)
+
+
+def epoch_stats(summary: EpochSummary, metric: str, cfg: ShapeConfig,
+                first_epoch: bool) -> EpochStats | None:
+    if metric not in summary.keys or summary.bucket_floor is None:
+        return None
+    steps, y = summary.series(metric, "floor")
+    _, peaks = summary.series(metric, "peak")
+    t = steps.astype(np.float64)
+    ok = ~np.isnan(y)
+    t, y, peaks = t[ok], y[ok], peaks[ok]
+    if first_epoch and len(y) >= 10:
+        drop = max(1, int(math.ceil(len(y) * cfg.warmup_fraction)))
+        t, y, peaks = t[drop:], y[drop:], peaks[drop:]
+    n = len(y)
+    if n < 6:
+        return None
+    tr = trend_test(t, y)
+    noise = max(tr.noise, diff_noise(y))
+    level = float(np.median(y))
+    threshold = max(cfg.min_growth_bytes, cfg.min_growth_rel * abs(level), cfg.noise_k * noise)
+    k = max(2, n // 10)
+    lo_start = float(np.min(y[:k]))
+    lo_end = float(np.min(y[-k:]))
+    span = float(t[-1] - t[0]) if n > 1 else 1.0
+    st = EpochStats(
+        epoch=summary.epoch,
+        metric=metric,
+        n_points=n,
+        n_steps=summary.n_steps,
+        seconds_per_step=summary.seconds_per_step,
+        level=level,
+        floor=float(np.min(y)),
+        peak=float(np.max(peaks)),
+        lo_start=lo_start,
+        lo_end=lo_end,
+        rise=lo_end - lo_start,
+        trend=tr,
+        noise=noise,
+        threshold=threshold,
+        shape="flat",
+    )
+    rise_fit = tr.slope * span
+    # A single jump first. It inflates both the residual noise and the residuals'
+    # autocorrelation (so Mann–Kendall under-reports it), and Theil–Sen barely moves on it, so it
+    # is judged on its own: the raw rise against the noise of first differences, which a single
+    # jump does not disturb.
+    jump_thr = max(cfg.min_growth_bytes, cfg.min_growth_rel * abs(level),
+                   cfg.noise_k * diff_noise(y))
+    if st.rise > jump_thr:
+        sc = step_change(t, y, cfg.step_share)
+        if sc is not None and sc.height > jump_thr:
+            st.shape = "step"
+            st.step_index = sc.index
+            st.step_height = sc.height
+            st.step_at = int(t[sc.index])
+            return st
+    if not (tr.increasing(cfg.alpha) and rise_fit > threshold and st.rise > 0.5 * threshold):
+        return st
+    st.saturation = saturation_ratio(t, y)
+    st.shape = "plateau" if st.saturation < cfg.saturation else "growing"
+    return st
