@@ -426,13 +426,13 @@ def enforce_retention(
     root = Path(oom_root)
     if not root.is_dir():
         return []
-    found: list[tuple[float, Path, int]] = []
+    found: list[tuple[int, Path, int]] = []
     for entry in os.scandir(root):
         if entry.name.startswith(TMP_PREFIX) or not entry.is_dir(follow_symlinks=False):
             continue
         m = Path(entry.path) / "manifest.json"
         try:
-            mtime = m.stat().st_mtime
+            mtime = m.stat().st_mtime_ns
         except OSError:
             continue  # not a bundle: leave it alone
         found.append((mtime, Path(entry.path), dir_size(Path(entry.path))))

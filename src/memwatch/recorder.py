@@ -120,8 +120,8 @@ class RecorderConfig:
     census_top_n: int = 20
 
     def __post_init__(self) -> None:
-        for name, lo in (("max_bundles", 1), ("max_bundle_bytes", 64 * 1024),
-                         ("max_total_bytes", 64 * 1024), ("timeline_rows", 0),
+        for name, lo in (("max_bundles", 1), ("max_bundle_bytes", 4096),
+                         ("max_total_bytes", 4096), ("timeline_rows", 0),
                          ("census_top_n", 0)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < lo:
@@ -162,7 +162,9 @@ def _qualname(t: type) -> str:
 
 
 def _utc_stamp(t: float) -> str:
-    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    # Milliseconds keep names unique and in time order when several bundles land in one second.
+    d = _dt.datetime.fromtimestamp(t, _dt.timezone.utc)
+    return d.strftime("%Y%m%dT%H%M%S") + f".{d.microsecond // 1000:03d}Z"
 
 
 def _rss_now() -> int | None:
@@ -171,6 +173,24 @@ def _rss_now() -> int | None:
             return int(f.read(128).split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _address_space() -> dict[str, int | None]:
+    """VmSize and RLIMIT_AS: a run that dies of an address-space limit was "full" by this."""
+    out: dict[str, int | None] = {"vmsize": None, "rlimit_as": None}
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            out["vmsize"] = int(f.read(128).split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        out["rlimit_as"] = None if soft == resource.RLIM_INFINITY else int(soft)
+    except (ImportError, OSError, ValueError):
+        pass
+    return out
 
 
 def segments_summary(snapshot: Any) -> dict[str, Any] | None:
@@ -440,6 +460,7 @@ class FlightRecorder:
                 self._mark(exc, None)
                 return None
             if cap is None:
+                self._release_reserve()  # room for the capture itself (census, copies)
                 cap = self._capture(pre_unwind=False, observer=None)
             path = self._write("exception", None, exc, cls, cap)
             self._mark(exc, path)
@@ -457,6 +478,7 @@ class FlightRecorder:
             if os.getpid() != self._pid:
                 return None
             cls = classify(exc) if exc is not None else None
+            self._release_reserve()
             path = self._write(trigger, reason, exc, cls, self._capture(False, None))
             if exc is not None and path is not None:
                 self._mark(exc, path)
@@ -634,7 +656,8 @@ class FlightRecorder:
                 })
             w.write_json("memory.json", {
                 "latest": cap.latest, "limits": cap.limits, "observer": cap.observer,
-                "host_rss_at_write": _rss_now(), "captured_at_unix": cap.wall,
+                "host_rss_at_write": _rss_now(), "address_space": _address_space(),
+                "captured_at_unix": cap.wall,
                 "captured_on_thread": cap.thread, "capture_errors": cap.errors,
             })
             w.write_json("environment.json", self._environment())

@@ -66,6 +66,8 @@ def _fullness(memory: dict[str, Any], exc: dict[str, Any] | None) -> list[dict[s
     limits = memory.get("limits") or {}
     rows: list[dict[str, Any]] = []
     for metric, limit in sorted(limits.items()):
+        if metric not in SHOWN_METRICS:
+            continue  # peak/active/pss repeat what allocated/reserved/rss say
         v = latest.get(metric)
         if not isinstance(v, (int, float)) or not isinstance(limit, (int, float)) or limit <= 0:
             continue
@@ -79,6 +81,11 @@ def _fullness(memory: dict[str, Any], exc: dict[str, Any] | None) -> list[dict[s
     if total and used:
         rows.append({"scope": "device", "metric": "in use (from the OOM message)", "value": used,
                      "limit": total, "utilization": used / total})
+    aspace = memory.get("address_space") or {}
+    if aspace.get("vmsize") and aspace.get("rlimit_as"):
+        rows.append({"scope": "host", "metric": "address space (VmSize / RLIMIT_AS)",
+                     "value": aspace["vmsize"], "limit": aspace["rlimit_as"],
+                     "utilization": aspace["vmsize"] / aspace["rlimit_as"]})
     obs = memory.get("observer") or {}
     if obs.get("device_total") and obs.get("device_free") is not None:
         t, f = obs["device_total"], obs["device_free"]

@@ -1,0 +1,372 @@
+"""Flight recorder, in process: FakeDevice OOMs captured before unwind, tagging, one bundle per
+exception, classification, retention, trimming, hooks, failure containment, planted secrets."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import memwatch
+from memwatch import safepickle
+from memwatch.bundle import TMP_PREFIX, find_bundles, host_name, open_bundle
+from memwatch.errors import ConfigError
+from memwatch.oom import classify, parse_oom_message
+from memwatch.testing import FakeDevice
+
+MIB = 1 << 20
+
+
+def complete_bundles(out: Path) -> list[Path]:
+    root = out / "oom"
+    if not root.is_dir():
+        return []
+    found = []
+    for p, b in find_bundles(root):
+        if not isinstance(b, Exception):
+            found.append(p)
+    return found
+
+
+# ---------------------------------------------------------------- the pre-unwind capture
+def test_fake_oom_bundle_is_captured_before_unwind(tmp_path: Path) -> None:
+    dev = FakeDevice(total_bytes=64 * MIB)
+    caught: BaseException | None = None
+
+    def train() -> None:
+        # The tensors live in this frame: once the exception unwinds it, they are freed.
+        handles = [dev.malloc(3 * MIB) for _ in range(18)]
+        try:
+            dev.malloc(40 * MIB)
+        finally:
+            for h in handles:
+                dev.free(h)
+
+    try:
+        with memwatch.watch(device=dev, workers=False, out_dir=tmp_path, signals=False) as mw:
+            for _ in range(5):
+                mw.step()
+            train()
+    except Exception as e:
+        caught = e
+    assert caught is not None
+    assert type(caught).__name__ == "OutOfMemoryError"
+    assert dev.allocated == 0  # after the unwind nothing is alive any more
+    bundles = complete_bundles(tmp_path)
+    assert len(bundles) == 1
+    b = open_bundle(bundles[0])
+    assert caught.memwatch_bundle == bundles[0]  # type: ignore[attr-defined]
+    assert any(str(bundles[0]) in n for n in caught.__notes__)
+    m = b.manifest
+    assert m["pre_unwind"] is True and m["classification"] == "cuda_oom"
+    assert m["trigger"] == "exception"
+    # The allocator state in the bundle shows the 18 live 3 MiB blocks of the failing moment.
+    alloc = b.read_json("allocator.json")
+    assert alloc["memory_stats"]["allocated_bytes.all.current"] == 18 * 3 * MIB
+    assert alloc["memory_stats"]["allocation.all.current"] == 18
+    snap = b.snapshot()
+    live = [blk for seg in snap["segments"] for blk in seg["blocks"]
+            if blk["state"] == "active_allocated"]
+    assert len(live) == 18 and {blk["requested_size"] for blk in live} == {3 * MIB}
+    exc = b.read_json("exception.json")
+    assert exc["classification"] == "cuda_oom"
+    assert exc["numbers"]["tried_to_allocate"] == 40 * MIB
+    assert exc["numbers"]["total_capacity"] == 64 * MIB
+    assert "Traceback" in exc["traceback"] and "train" in exc["traceback"]
+    mem = b.read_json("memory.json")
+    assert mem["observer"]["tried_to_allocate"] == 40 * MIB
+    for f in ("manifest.json", "exception.json", "timeline.jsonl", "findings.json",
+              "environment.json", "census.json", "allocator.json", "snapshot.pickle",
+              "report.html"):
+        assert (bundles[0] / f).is_file(), f
+    samples = [r for r in b.timeline() if r["type"] == "sample"]
+    assert [r["step"] for r in samples] == [1, 2, 3, 4, 5]
+
+
+def test_one_bundle_per_exception_and_same_object_propagates(tmp_path: Path) -> None:
+    dev = FakeDevice(total_bytes=32 * MIB)
+    with pytest.raises(Exception) as info:
+        with memwatch.watch(device=dev, workers=False, out_dir=tmp_path, signals=False) as mw:
+            try:
+                dev.malloc(64 * MIB)
+            except Exception as e:
+                first = mw.handle_exception(e)
+                assert mw.handle_exception(e) == first  # integration + watch(): no second bundle
+                raise
+    assert info.value.memwatch_bundle == first  # type: ignore[attr-defined]
+    assert len(complete_bundles(tmp_path)) == 1
+
+
+def test_wrapped_oom_reuses_the_bundle(tmp_path: Path) -> None:
+    dev = FakeDevice(total_bytes=32 * MIB)
+    with memwatch.watch(device=dev, workers=False, out_dir=tmp_path, signals=False) as mw:
+        try:
+            try:
+                dev.malloc(64 * MIB)
+            except Exception as inner:
+                p1 = mw.handle_exception(inner)
+                raise RuntimeError("trainer failed") from inner
+        except RuntimeError as outer:
+            assert mw.handle_exception(outer) == p1
+    assert len(complete_bundles(tmp_path)) == 1
+
+
+def test_caught_oom_is_flushed_at_close(tmp_path: Path) -> None:
+    dev = FakeDevice(total_bytes=32 * MIB)
+    with memwatch.watch(device=dev, workers=False, out_dir=tmp_path, signals=False):
+        try:
+            dev.malloc(64 * MIB)
+        except Exception:
+            pass  # the program recovers (a batch-size finder would)
+    (b,) = complete_bundles(tmp_path)
+    m = open_bundle(b).manifest
+    assert m["trigger"] == "oom_observer" and m["pre_unwind"] is True
+
+
+# ---------------------------------------------------------------- classification
+def test_classification_and_message_numbers() -> None:
+    cur = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.15 "
+           "GiB of which 1.50 GiB is free. Including non-PyTorch memory, this process has 77.60 "
+           "GiB memory in use. Of the allocated memory 70.00 GiB is allocated by PyTorch, and "
+           "7.25 GiB is reserved by PyTorch but unallocated.")
+    n = classify(RuntimeError(cur)).numbers
+    assert n == {"tried_to_allocate": 2 << 30, "total_capacity": round(79.15 * (1 << 30)),
+                 "free": 3 << 29, "in_use_by_process": round(77.60 * (1 << 30)),
+                 "allocated_by_pytorch": 70 << 30, "reserved_unallocated": round(7.25 * (1 << 30)),
+                 "gpu": 1}
+    old = ("CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total capacity; "
+           "14.56 GiB already allocated; 3.44 MiB free; 14.71 GiB reserved in total by PyTorch)")
+    n = parse_oom_message(old)
+    assert n["tried_to_allocate"] == 20 * MIB and n["free"] == round(3.44 * MIB)
+    assert n["reserved_by_pytorch"] == round(14.71 * (1 << 30))
+    mps = ("MPS backend out of memory (MPS allocated: 18.12 GB, other allocations: 4.20 MB, max "
+           "allowed: 18.13 GB). Tried to allocate 256.00 MB on private pool.")
+    c = classify(RuntimeError(mps))
+    assert c.kind == "mps_oom" and c.numbers["tried_to_allocate"] == 256 * MIB
+    cpu = ("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: "
+           "you tried to allocate 17179869184 bytes. Error code 12 (Cannot allocate memory)")
+    c = classify(RuntimeError(cpu))
+    assert c.kind == "host_oom" and c.numbers["tried_to_allocate"] == 16 << 30
+    assert classify(MemoryError()).kind == "host_oom"
+    assert classify(ValueError("x")).kind == "other"
+    try:
+        try:
+            raise MemoryError
+        except MemoryError as e:
+            raise RuntimeError("wrapped") from e
+    except RuntimeError as w:
+        assert classify(w).kind == "host_oom"
+
+
+def test_only_ooms_write_bundles_by_default(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        with memwatch.watch(device="cpu", workers=False, out_dir=tmp_path, signals=False):
+            raise ValueError("not memory")
+    assert complete_bundles(tmp_path) == []
+    with pytest.raises(ValueError):
+        with memwatch.watch(device="cpu", workers=False, out_dir=tmp_path, signals=False,
+                            bundle_on="all"):
+            raise ValueError("not memory")
+    (b,) = complete_bundles(tmp_path)
+    assert open_bundle(b).manifest["classification"] == "other"
+    with pytest.raises(MemoryError):
+        with memwatch.watch(device="cpu", workers=False, out_dir=tmp_path / "h", signals=False):
+            raise MemoryError("host is full")
+    (b,) = complete_bundles(tmp_path / "h")
+    m = open_bundle(b).manifest
+    assert m["classification"] == "host_oom" and m["pre_unwind"] is False
+    assert "allocator.json" not in m["files"]  # no device: no allocator statistics
+
+
+def test_capture_oom_and_dump(tmp_path: Path) -> None:
+    dev = FakeDevice(total_bytes=32 * MIB)
+    with memwatch.watch(device=dev, workers=False, out_dir=tmp_path, signals=False,
+                        bundle_on="none") as mw:
+        with pytest.raises(Exception) as info:
+            with mw.capture_oom():
+                dev.malloc(64 * MIB)
+        assert info.value.memwatch_bundle is not None  # type: ignore[attr-defined]
+        with pytest.raises(KeyError):
+            with mw.capture_oom():
+                raise KeyError("x")  # not an OOM, bundle_on="none": re-raised, no bundle
+        p = mw.dump("checkpoint before eval")
+    assert p is not None
+    m = open_bundle(p).manifest
+    assert m["trigger"] == "manual" and m["reason"] == "checkpoint before eval"
+    assert "exception.json" not in m["files"]
+    assert len(complete_bundles(tmp_path)) == 2
+
+
+def test_config_errors() -> None:
+    with pytest.raises(ConfigError, match="bundle_on"):
+        memwatch.MemWatch(bundle_on="sometimes")
+    with pytest.raises(ConfigError, match="max_bundles"):
+        memwatch.MemWatch(max_bundles=0)
+    with pytest.raises(ConfigError, match="max_total_bytes"):
+        memwatch.MemWatch(max_bundle_bytes=10 * MIB, max_total_bytes=MIB)
+
+
+# ---------------------------------------------------------------- bounds
+def test_retention_by_count_and_size(tmp_path: Path) -> None:
+    with memwatch.watch(device="cpu", workers=False, out_dir=tmp_path, signals=False,
+                        max_bundles=3) as mw:
+        paths = [mw.dump(f"d{i}") for i in range(5)]
+    kept = complete_bundles(tmp_path)
+    assert len(kept) == 3 and paths[-1] in kept and paths[0] not in kept
+    size = sum(f.stat().st_size for f in kept[-1].iterdir())
+    with memwatch.watch(device="cpu", workers=False, out_dir=tmp_path / "s", signals=False,
+                        max_bundle_bytes=int(size * 1.2),
+                        max_total_bytes=int(size * 2.5)) as mw:
+        for i in range(4):
+            mw.dump(f"s{i}")
+    assert len(complete_bundles(tmp_path / "s")) == 2
+
+
+def test_oversized_bundle_is_trimmed_not_deleted(tmp_path: Path) -> None:
+    dev = FakeDevice(total_bytes=64 << 30)
+    with memwatch.watch(device=dev, workers=False, out_dir=tmp_path, signals=False,
+                        max_bundle_bytes=64 * 1024) as mw:
+        for _ in range(1500):  # many blocks: a snapshot of a few hundred KiB
+            dev.malloc(600 * 1024)
+        p = mw.dump("big")
+    assert p is not None
+    b = open_bundle(p)
+    trimmed = [t["file"] for t in b.manifest["trimmed"]]
+    assert "snapshot.pickle" in trimmed and not (p / "snapshot.pickle").exists()
+    assert b.manifest["bytes"] <= 64 * 1024
+    for required in ("environment.json", "findings.json", "memory.json"):
+        assert (p / required).is_file()
+
+
+def test_stale_temporary_bundles_are_cleaned_at_start(tmp_path: Path) -> None:
+    root = tmp_path / "oom"
+    root.mkdir()
+    dead = root / f"{TMP_PREFIX}{host_name()}-{2**22 + 12345}-abcd1234"  # no such pid
+    dead.mkdir()
+    (dead / "exception.json").write_text("{}")
+    alive = root / f"{TMP_PREFIX}{host_name()}-{os.getppid()}-abcd1234"  # a live writer
+    alive.mkdir()
+    with memwatch.watch(device="cpu", workers=False, out_dir=tmp_path, signals=False):
+        pass
+    assert not dead.exists() and alive.exists()
+
+
+# ---------------------------------------------------------------- hooks and containment
+def test_hooks_are_chained_and_restored(tmp_path: Path) -> None:
+    before = (sys.excepthook, threading.excepthook, signal.getsignal(signal.SIGTERM),
+              signal.getsignal(signal.SIGUSR1))
+    seen: list[BaseException] = []
+
+    def prev_hook(tp: type[BaseException], value: BaseException, tb: object) -> None:
+        seen.append(value)
+
+    sys.excepthook = prev_hook
+    try:
+        with memwatch.watch(device="cpu", workers=False, out_dir=tmp_path) as mw:
+            assert sys.excepthook is not prev_hook
+            assert signal.getsignal(signal.SIGTERM) == mw.recorder._on_signal  # type: ignore
+            err = MemoryError("from the hook")
+            sys.excepthook(MemoryError, err, None)
+            assert seen == [err] and err.memwatch_bundle is not None  # type: ignore[attr-defined]
+            failures: list[BaseException] = []
+
+            def worker() -> None:
+                raise MemoryError("in a thread")
+
+            prev_thread_hook = mw.recorder._prev_thread_hook  # type: ignore[union-attr]
+            mw.recorder._prev_thread_hook = lambda a: failures.append(a.exc_value)  # type: ignore
+            t = threading.Thread(target=worker)
+            t.start()
+            t.join()
+            mw.recorder._prev_thread_hook = prev_thread_hook  # type: ignore[union-attr]
+            assert len(failures) == 1 and failures[0].memwatch_bundle is not None  # type: ignore
+        assert sys.excepthook is prev_hook
+    finally:
+        sys.excepthook = before[0]
+    assert (threading.excepthook, signal.getsignal(signal.SIGTERM),
+            signal.getsignal(signal.SIGUSR1)) == before[1:]
+    assert len(complete_bundles(tmp_path)) == 2
+
+
+def test_unwritable_out_dir_never_breaks_the_run(tmp_path: Path,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    err = MemoryError("full")
+    with caplog.at_level(logging.WARNING, logger="memwatch"):
+        with pytest.raises(MemoryError) as info:
+            with memwatch.watch(device="cpu", workers=False, out_dir=blocker, signals=False):
+                raise err
+    assert info.value is err
+    assert err.memwatch_bundle is None  # type: ignore[attr-defined]
+    assert "bundle not written" in caplog.text
+
+
+def test_census_failure_is_recorded_not_fatal(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import memwatch.analysis.census as census_mod
+
+    def broken(top_n: int = 20) -> dict[str, object]:
+        raise RuntimeError("census exploded")
+
+    monkeypatch.setattr(census_mod, "tensor_census", broken)
+    with memwatch.watch(device="cpu", workers=False, out_dir=tmp_path, signals=False) as mw:
+        p = mw.dump("x")
+    assert p is not None
+    assert "census exploded" in json.loads((p / "census.json").read_text())["error"]
+
+
+# ---------------------------------------------------------------- secrets
+def test_planted_secrets_appear_nowhere_in_the_bundle(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    secrets = {
+        "HF_TOKEN": "hf_PlantedSecretValue0123456789abcd",
+        "WANDB_API_KEY": "fe1d0c5b7a2e4f6d8c9b0a1e2f3d4c5b6a7e8f90",
+        "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYPLANTED",
+        "NCCL_SOCKET_PASSWORD": "nccl-planted-pass",
+    }
+    for k, v in secrets.items():
+        monkeypatch.setenv(k, v)
+    argv_secret = "argv-planted-password"
+    gh = "ghp_PlantedGithubToken0123456789abcdefgh"
+    url_pw = "urlplantedpw"
+    monkeypatch.setattr(sys, "argv", ["train.py", f"--password={argv_secret}", "--lr", "0.1"])
+    dev = FakeDevice(total_bytes=32 * MIB)
+    with pytest.raises(RuntimeError):
+        with memwatch.watch(device=dev, workers=False, out_dir=tmp_path, signals=False,
+                            bundle_on="all"):
+            raise RuntimeError(f"push to https://me:{url_pw}@hub.example failed with {gh}")
+    (b,) = complete_bundles(tmp_path)
+    planted = [*secrets.values(), argv_secret, gh, url_pw]
+    files = list(b.iterdir())
+    assert len(files) >= 8
+    for f in files:
+        data = f.read_bytes()
+        for s in planted:
+            assert s.encode() not in data, (f.name, s)
+    env = json.loads((b / "environment.json").read_text())
+    assert env["env"]["HF_TOKEN"] == "<redacted>"  # present, so people know it was set
+    assert env["argv"] == ["train.py", "--password=<redacted>", "--lr", "0.1"]
+
+
+def test_bundle_write_time_is_bounded(tmp_path: Path) -> None:
+    dev = FakeDevice(total_bytes=8 << 30)
+    with memwatch.watch(device=dev, workers=False, out_dir=tmp_path, signals=False,
+                        capacity=4096) as mw:
+        for i in range(4096):
+            if i % 8 == 0:
+                dev.malloc(2 * MIB)
+            mw.step()
+        p = mw.dump("timing")
+    assert p is not None
+    m = open_bundle(p).manifest
+    # 2000 timeline rows, a 512-block snapshot, census and report: well under a second.
+    assert m["write_seconds"] < 2.0, m["write_seconds"]
+    assert sum(1 for r in open_bundle(p).timeline() if r["type"] == "sample") == 2000
+    assert safepickle.load(p / "snapshot.pickle")["segments"]
