@@ -57,7 +57,7 @@ class AnalyzerConfig:
     # ... or before the run's remaining steps when MemWatch(total_steps=...) is known.
     census_budget: float = 0.02  # auto census: at most this share of the epoch's wall time ...
     census_when_suspected: bool = True  # ... unless growth is suspected (then always)
-    holder_budget_s: float = 2.0  # time allowed to name holders at one epoch end
+    holder_budget_s: float = 5.0  # time allowed to name holders at one epoch end
     retention_explained: float = 0.2  # host growth explained by objects below this share
     info_min_rel: float = 0.01  # info findings (plateau, step) only above this share of level
 

@@ -340,7 +340,11 @@ class _Walker:
                 break
             kind, label, parent = step
             del step  # the tuple would otherwise show up as a referrer of ``parent``
-            if container is None and kind in ("list", "dict", "deque", "set", "tuple"):
+            if container is None and kind == "attr_dict":
+                container = "dict"
+                hooks_or_cache = getattr(parent, label[1:].split("[", 1)[0], None)
+                container_len = len(hooks_or_cache) if hasattr(hooks_or_cache, "__len__") else None
+            elif container is None and kind in ("list", "dict", "deque", "set", "tuple"):
                 container = kind
                 try:
                     container_len = len(cur if kind != "dict" else parent)
@@ -442,7 +446,7 @@ class _Walker:
                 if attr in ("_modules", "_parameters", "_buffers"):
                     return ("attr", f".{key}", owner)
                 if attr is not None:
-                    return ("attr", f".{attr}[{key!r}]", owner)
+                    return ("attr_dict", f".{attr}[{key!r}]", owner)
                 return ("attr", f".{key}", owner)
             return ("dict", f"[{key!r}]", r)
         if isinstance(r, (list, collections.deque)):
@@ -471,8 +475,16 @@ class _Walker:
             return ("traceback", "", r)
         if isinstance(r, BaseException):
             return ("exception", f" ← {type(r).__name__}", r)
-        if isinstance(r, (types.FunctionType, types.MethodType)):
-            return ("function", f" ← {getattr(r, '__qualname__', '?')}", r)
+        if isinstance(r, types.FunctionType):
+            if r.__defaults__ is cur or r.__kwdefaults__ is cur:
+                return ("owner", f" → default arguments of {r.__qualname__}()", r)
+            if r.__closure__ is cur:
+                return ("owner", f" → closure of {r.__qualname__}()", r)
+            if r.__globals__ is cur:
+                return None
+            return ("function", f" ← {r.__qualname__}", r)
+        if isinstance(r, types.MethodType):
+            return ("owner", f" → bound method {r.__func__.__qualname__}", r)
         # An instance whose (managed) attribute values include cur.
         d = _safe_dict(r)
         if isinstance(d, dict):
@@ -506,6 +518,8 @@ class _Walker:
 _PRIORITY = {
     "global": 0,
     "attr": 1,
+    "attr_dict": 1,
+    "owner": 1,
     "closure": 2,
     "frame": 3,
     "exception": 3,
