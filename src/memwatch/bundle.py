@@ -146,7 +146,7 @@ class BundleWriter:
         self._t0 = time.perf_counter()
 
     def _between_files(self) -> None:
-        if self._pause > 0:
+        if self._pause > 0 and any(True for _ in os.scandir(self.tmp)):
             time.sleep(self._pause)
 
     def _failed(self, fname: str, exc: BaseException) -> None:
