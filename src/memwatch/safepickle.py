@@ -34,10 +34,19 @@ _ALLOWED_GLOBALS = frozenset({("builtins", "set"), ("builtins", "frozenset"),
                               ("__builtin__", "set"), ("__builtin__", "frozenset")})
 
 
+def _latin1_bytes(text: Any, encoding: Any = "latin1", errors: Any = "strict") -> bytes:
+    # Protocols 0-2 write bytes as _codecs.encode(str, "latin1"); only that exact use is allowed.
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1") or errors != "strict":
+        raise UnsafePickleError("snapshot pickle calls _codecs.encode in an unexpected way")
+    return text.encode("latin-1")
+
+
 class _Restricted(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) in _ALLOWED_GLOBALS:
             return set if name == "set" else frozenset
+        if (module, name) == ("_codecs", "encode"):
+            return _latin1_bytes
         raise UnsafePickleError(
             f"snapshot pickle refers to {module}.{name}: only plain containers and scalars are "
             "allowed (this file was not written by memwatch or torch's snapshot, or was tampered "
