@@ -28,9 +28,9 @@ def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("cli")
     dev = FakeDevice(total_bytes=256 * MIB)
     handles = []
-    with pytest.raises(Exception), memwatch.watch(device=dev, workers=False, out_dir=out,
-                                                  signals=False) as mw:
-        for epoch in range(3):
+    with pytest.raises(RuntimeError), memwatch.watch(device=dev, workers=False, out_dir=out,
+                                                     signals=False) as mw:
+        for _epoch in range(3):
             for _ in range(20):
                 handles.append(dev.malloc(2 * MIB))
                 mw.step()
