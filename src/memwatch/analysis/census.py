@@ -299,14 +299,16 @@ class _Walker:
         self.ignore.add(id(self.__dict__))
 
     def _referrers(self, obj: Any) -> list[Any]:
-        frame = sys._getframe()
+        # No local may hold our own frame object: a frame referring to itself forms a cycle
+        # that keeps the callers' frames, and their temporaries, alive past this walk.
         own = set()
-        f: types.FrameType | None = frame
+        f: types.FrameType | None = sys._getframe()
         while f is not None:
             own.add(id(f))
             f = f.f_back
         raw = gc.get_referrers(obj)
-        refs = [r for r in raw if id(r) not in own and id(r) not in self.ignore]
+        refs = [r for r in raw if id(r) not in own and id(r) not in self.ignore
+                and type(r) is not _Step and type(r) is not _Candidate]
         # ``raw`` holds our own frames, which hold ``raw``: clear it so no reference cycle of
         # ours outlives this call and shows up as a "holder" in a later walk.
         raw.clear()
@@ -338,12 +340,12 @@ class _Walker:
             step = self._best_step(cur, refs, visited)
             if step is None:
                 break
-            kind, label, parent = step
-            del step  # the tuple would otherwise show up as a referrer of ``parent``
+            kind, label, parent = step.kind, step.label, step.parent
+            del step
             if container is None and kind == "attr_dict":
                 container = "dict"
-                hooks_or_cache = getattr(parent, label[1:].split("[", 1)[0], None)
-                container_len = len(hooks_or_cache) if hasattr(hooks_or_cache, "__len__") else None
+                held: Any = getattr(parent, label[1:].split("[", 1)[0], None)
+                container_len = len(held) if hasattr(held, "__len__") else None
             elif container is None and kind in ("list", "dict", "deque", "set", "tuple"):
                 container = kind
                 try:
@@ -406,29 +408,29 @@ class _Walker:
             root = "traceback"
         return Holder(path, root, container, container_len, via_tb, via_hook, hook_count)
 
-    def _best_step(self, cur: Any, refs: list[Any], visited: set[int]
-                   ) -> tuple[str, str, Any] | None:
+    def _best_step(self, cur: Any, refs: list[Any], visited: set[int]) -> _Step | None:
         """The most informative referrer of ``cur``: (kind, label, parent)."""
-        candidates: list[tuple[int, tuple[str, str, Any]]] = []
+        candidates: list[_Candidate] = []
         for r in refs:
             if id(r) in visited:
                 continue
-            step = self._describe(cur, r)
-            if step is not None:
-                candidates.append((_PRIORITY.get(step[0], 9), step))
+            d = self._describe(cur, r)
+            if d is not None:
+                candidates.append(_Candidate(_PRIORITY.get(d[0], 9), _Step(*d)))
+            del d
         if not candidates:
             return None
-        candidates.sort(key=lambda c: c[0])
-        best = [c[1] for c in candidates if c[0] == candidates[0][0]]
-        if len(best) > 1 and best[0][0] in ("list", "deque", "dict", "tuple", "set"):
+        candidates.sort(key=lambda c: c.prio)
+        best = [c.step for c in candidates if c.prio == candidates[0].prio]
+        if len(best) > 1 and best[0].kind in ("list", "deque", "dict", "tuple", "set"):
             # Several anonymous containers: prefer one that is itself directly named (a global,
             # an attribute, a closure variable); temporaries and caches of other libraries
             # are usually not.
             for step in best[:4]:
-                parent_refs = self._referrers(step[2])
+                parent_refs = self._referrers(step.parent)
                 for pr in parent_refs:
-                    d = self._describe(step[2], pr)
-                    if d is not None and d[0] in ("global", "attr", "closure"):
+                    d = self._describe(step.parent, pr)
+                    if d is not None and d[0] in _NAMED:
                         return step
         return best[0]
 
@@ -513,6 +515,26 @@ class _Walker:
                     if isinstance(f, types.FunctionType) and f.__closure__ is r:
                         return f
         return None
+
+
+_NAMED = ("global", "attr", "attr_dict", "closure", "owner")
+
+
+class _Step:
+    """One hop up the reference graph. A class of its own (not a tuple) so that the walker can
+    recognise and skip its own bookkeeping when it lists referrers."""
+
+    __slots__ = ("kind", "label", "parent")
+
+    def __init__(self, kind: str, label: str, parent: Any) -> None:
+        self.kind, self.label, self.parent = kind, label, parent
+
+
+class _Candidate:
+    __slots__ = ("prio", "step")
+
+    def __init__(self, prio: int, step: _Step) -> None:
+        self.prio, self.step = prio, step
 
 
 _PRIORITY = {
