@@ -43,44 +43,41 @@ import datetime as _dt
 import logging
 import mmap
 import os
-import platform
 import signal
 import sys
 import threading
 import time
-import traceback
-from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from memwatch._version import __version__
 from memwatch.bundle import BundleWriter, clean_stale, enforce_retention, host_name
 from memwatch.errors import ConfigError
+from memwatch.evidence import (
+    Capture,
+    address_space,
+    capture,
+    environment,
+    environment_static,
+    exception_doc,
+    qualname,
+    rss_now,
+    segments_summary,
+    timeline_records,
+)
 from memwatch.oom import KINDS, OOM_KINDS, Classification, classify
-from memwatch.redact import redact_argv, redact_env, redact_obj, redact_text
+from memwatch.redact import redact_obj, redact_text
 
 if TYPE_CHECKING:
     from memwatch.session import MemWatch
 
-__all__ = ["FlightRecorder", "RecorderConfig", "parse_bundle_on"]
+__all__ = ["FlightRecorder", "RecorderConfig", "parse_bundle_on", "segments_summary"]
 
 log = logging.getLogger("memwatch")
 
 MIB = 1 << 20
 _RESERVE_BYTES = 8 * MIB
-_MAX_MESSAGE = 16 * 1024
-_MAX_TRACEBACK = 256 * 1024
 _PENDING_MAX_AGE_S = 600.0
-# Environment variables worth keeping in a bundle (values redacted when their names look secret).
-_ENV_PREFIXES = (
-    "PYTORCH_", "TORCH_", "CUDA_", "NCCL_", "NVIDIA_", "CUBLAS_", "CUDNN_", "OMP_", "MKL_",
-    "SLURM_", "HF_", "HUGGING", "TRANSFORMERS_", "WANDB_", "ACCELERATE_", "MASTER_", "LOCAL_",
-    "RANK", "WORLD_", "GROUP_", "ROLE_", "TORCHELASTIC_", "PL_", "LIGHTNING_", "XLA_", "MALLOC_",
-    "LD_PRELOAD", "MEMWATCH_",
-)
-
-
 def parse_bundle_on(value: Any) -> frozenset[str]:
     """``"oom"`` (default: every OOM class), ``"all"``, ``"none"``, or a collection of
     ``"oom"``, ``"cuda_oom"``, ``"host_oom"``, ``"mps_oom"``, ``"other"``."""
@@ -133,97 +130,10 @@ class RecorderConfig:
             )
 
 
-@dataclasses.dataclass
-class _Capture:
-    """Evidence gathered at one moment (before the unwind when it comes from the observer)."""
-
-    wall: float
-    mono: float
-    pre_unwind: bool
-    thread: str
-    observer: dict[str, int] | None = None
-    latest: dict[str, float] = dataclasses.field(default_factory=dict)
-    limits: dict[str, float] = dataclasses.field(default_factory=dict)
-    memory_stats: dict[str, Any] | None = None
-    snapshot: Any = None
-    census: dict[str, Any] | None = None
-    keys: tuple[str, ...] = ()
-    rows: Any = None  # (n, M) float array copy
-    steps: Any = None
-    times: Any = None
-    epochs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    findings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    errors: dict[str, str] = dataclasses.field(default_factory=dict)
-    claimed: bool = False
-
-
-def _qualname(t: type) -> str:
-    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
-
-
 def _utc_stamp(t: float) -> str:
     # Milliseconds keep names unique and in time order when several bundles land in one second.
     d = _dt.datetime.fromtimestamp(t, _dt.timezone.utc)
     return d.strftime("%Y%m%dT%H%M%S") + f".{d.microsecond // 1000:03d}Z"
-
-
-def _rss_now() -> int | None:
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read(128).split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _address_space() -> dict[str, int | None]:
-    """VmSize and RLIMIT_AS: a run that dies of an address-space limit was "full" by this."""
-    out: dict[str, int | None] = {"vmsize": None, "rlimit_as": None}
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            out["vmsize"] = int(f.read(128).split()[0]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        import resource
-
-        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
-        out["rlimit_as"] = None if soft == resource.RLIM_INFINITY else int(soft)
-    except (ImportError, OSError, ValueError):
-        pass
-    return out
-
-
-def segments_summary(snapshot: Any) -> dict[str, Any] | None:
-    """Segments, reserved/allocated bytes, largest free and allocated blocks of a snapshot."""
-    if not isinstance(snapshot, dict) or not isinstance(snapshot.get("segments"), list):
-        return None
-    reserved = allocated = largest_free = 0
-    blocks_alloc: list[int] = []
-    n_blocks = 0
-    for seg in snapshot["segments"]:
-        if not isinstance(seg, dict):
-            continue
-        reserved += int(seg.get("total_size", 0) or 0)
-        allocated += int(seg.get("allocated_size", 0) or 0)
-        for b in seg.get("blocks") or []:
-            if not isinstance(b, dict):
-                continue
-            n_blocks += 1
-            size = int(b.get("size", 0) or 0)
-            if str(b.get("state", "")).startswith("active"):
-                blocks_alloc.append(size)
-            else:
-                largest_free = max(largest_free, size)
-    blocks_alloc.sort(reverse=True)
-    return {
-        "segments": len(snapshot["segments"]),
-        "blocks": n_blocks,
-        "reserved_bytes": reserved,
-        "allocated_bytes": allocated,
-        "free_in_segments_bytes": reserved - allocated,
-        "largest_free_block_bytes": largest_free,
-        "largest_allocated_blocks_bytes": blocks_alloc[:10],
-    }
 
 
 class FlightRecorder:
@@ -236,7 +146,7 @@ class FlightRecorder:
         self.bundles: list[Path] = []
         self._pid = os.getpid()
         self._lock = threading.Lock()
-        self._pending: _Capture | None = None
+        self._pending: Capture | None = None
         self._reserve: mmap.mmap | None = None
         self._static_env: dict[str, Any] = {}
         self._seen_ids: collections.deque[int] = collections.deque(maxlen=64)
@@ -257,7 +167,7 @@ class FlightRecorder:
         except OSError as e:
             log.warning("memwatch: could not clean %s (%s)", self.oom_root, e)
         self._warm_imports()
-        self._static_env = self._environment_static()
+        self._static_env = environment_static(self.session)
         self._arm_reserve()
         dev = self.session.device
         if dev is not None and "cuda_oom" in cfg.bundle_on:
@@ -408,7 +318,7 @@ class FlightRecorder:
                 return
             obs = {"device": int(device), "tried_to_allocate": int(alloc),
                    "device_total": int(device_total), "device_free": int(device_free)}
-            self._pending = self._capture(pre_unwind=True, observer=obs)
+            self._pending = self._capture(True, obs)
         except Exception as e:  # noqa: BLE001 - never turn an OOM into a different error
             log.warning("memwatch: pre-unwind OOM capture failed (%s)", e)
 
@@ -449,7 +359,7 @@ class FlightRecorder:
                 return None
             cls = classify(exc)
             wanted = cls.kind in self.config.bundle_on or (force_oom and cls.is_oom)
-            cap: _Capture | None = None
+            cap: Capture | None = None
             pend = self._pending
             if (pend is not None and not pend.claimed and cls.kind == "cuda_oom"
                     and time.monotonic() - pend.mono < _PENDING_MAX_AGE_S):
@@ -461,7 +371,7 @@ class FlightRecorder:
                 return None
             if cap is None:
                 self._release_reserve()  # room for the capture itself (census, copies)
-                cap = self._capture(pre_unwind=False, observer=None)
+                cap = self._capture(False, None)
             path = self._write("exception", None, exc, cls, cap)
             self._mark(exc, path)
             return path
@@ -504,138 +414,12 @@ class FlightRecorder:
         if pend is not None and not pend.claimed and time.monotonic() - pend.mono > 1.0:
             self._flush_pending()
 
-    # ------------------------------------------------------------------ capture
-    def _capture(self, pre_unwind: bool, observer: dict[str, int] | None) -> _Capture:
-        s = self.session
-        cap = _Capture(wall=time.time(), mono=time.monotonic(), pre_unwind=pre_unwind,
-                       thread=threading.current_thread().name, observer=observer)
-
-        def part(name: str, fn: Any) -> Any:
-            try:
-                return fn()
-            except Exception as e:  # noqa: BLE001 - one missing part never loses the bundle
-                cap.errors[name] = f"{type(e).__name__}: {e}"
-                return None
-
-        cap.latest = part("latest", s.latest) or {}
-        cap.limits = part("limits", s.limits) or {}
-        dev = s.device
-        if dev is not None:
-            cap.memory_stats = part("memory_stats", dev.memory_stats)
-            snap = getattr(dev, "snapshot", None)
-            if snap is not None:
-                cap.snapshot = part("snapshot", snap)
-        cap.census = part("census", self._census)
-        tl = s.timeline
-        if tl is not None and self.config.timeline_rows > 0:
-            part("timeline", lambda: self._copy_timeline(cap, tl))
-        cap.epochs = part("epochs", lambda: [e.to_dict() for e in s.epochs]) or []
-        cap.findings = part("findings", lambda: [f.to_dict() for f in s.findings]) or []
-        return cap
-
-    def _census(self) -> dict[str, Any]:
-        try:
-            from memwatch.analysis.census import tensor_census
-        except Exception as e:  # noqa: BLE001
-            return {"error": f"census not available ({type(e).__name__}: {e})"}
-        try:
-            return dict(tensor_census(top_n=self.config.census_top_n))
-        except Exception as e:  # noqa: BLE001
-            return {"error": f"census failed ({type(e).__name__}: {e})"}
-
-    def _copy_timeline(self, cap: _Capture, tl: Any) -> None:
-        n_total = int(tl.n_samples)
-        n = min(len(tl), self.config.timeline_rows)
-        cap.keys = tuple(tl.keys)
-        # The ring's own reader returns views: copy only the rows kept (bounded by timeline_rows).
-        rows, steps, times = tl._rows(n_total - n, n_total)
-        cap.rows, cap.steps, cap.times = rows.copy(), steps.copy(), times.copy()
-
-    # ------------------------------------------------------------------ writing
-    def _timeline_records(self, cap: _Capture) -> Iterator[dict[str, Any]]:
-        offset = cap.wall - cap.mono  # timeline times are monotonic: convert to wall clock
-        n = 0 if cap.rows is None else len(cap.rows)
-        yield {"type": "header", "keys": list(cap.keys), "samples": n, "wall_offset": offset}
-        for i in range(n):
-            rec: dict[str, Any] = {"type": "sample", "step": int(cap.steps[i]),
-                                   "t": round(float(cap.times[i]) + offset, 4)}
-            row = cap.rows[i]
-            for j, k in enumerate(cap.keys):
-                rec[k] = float(row[j])
-            yield rec
-        for e in cap.epochs:
-            yield {"type": "epoch", **e}
-
-    def _environment_static(self) -> dict[str, Any]:
-        u = os.uname() if hasattr(os, "uname") else None
-        env: dict[str, Any] = {
-            "python": sys.version.split()[0],
-            "python_build": sys.version,
-            "executable": sys.executable,
-            "platform": f"{u.sysname} {u.release} {u.machine}" if u else platform.system(),
-            "host": host_name(),
-            "memwatch": __version__,
-        }
-        torch = sys.modules.get("torch")
-        if torch is not None:
-            env["torch"] = str(getattr(torch, "__version__", "?"))
-            ver = getattr(torch, "version", None)
-            env["torch_cuda"] = getattr(ver, "cuda", None)
-            env["torch_hip"] = getattr(ver, "hip", None)
-            try:
-                if torch.cuda.is_available():
-                    env["cuda_device_count"] = torch.cuda.device_count()
-                    cudnn = getattr(torch.backends, "cudnn", None)
-                    env["cudnn"] = cudnn.version() if cudnn is not None else None
-            except Exception:  # noqa: BLE001
-                pass
-        nvml = sys.modules.get("pynvml")
-        if nvml is not None:
-            try:
-                drv = nvml.nvmlSystemGetDriverVersion()
-                env["nvidia_driver"] = drv.decode() if isinstance(drv, bytes) else str(drv)
-            except Exception:  # noqa: BLE001
-                pass
-        dev = self.session.device
-        if dev is not None:
-            try:
-                env["device"] = dev.describe()
-            except Exception as e:  # noqa: BLE001
-                env["device"] = {"error": str(e)}
-        return env
-
-    def _environment(self) -> dict[str, Any]:
-        env = dict(self._static_env)
-        env["pid"] = os.getpid()
-        env["cwd"] = os.getcwd()
-        env["argv"] = redact_argv(sys.argv)
-        env["rank"] = dict(self.session.rank)
-        env["env"] = redact_env({k: v for k, v in os.environ.items()
-                                 if k.startswith(_ENV_PREFIXES)})
-        env["history_recording"] = self._history_on
-        return redact_obj(env)  # type: ignore[no-any-return]
-
-    @staticmethod
-    def _exception_doc(exc: BaseException, cls: Classification | None) -> dict[str, Any]:
-        try:
-            msg = str(exc)
-        except Exception:  # noqa: BLE001
-            msg = "<unprintable message>"
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        if len(tb) > _MAX_TRACEBACK:
-            tb = "...(truncated)...\n" + tb[-_MAX_TRACEBACK:]
-        return {
-            "type": _qualname(type(exc)),
-            "message": redact_text(msg[:_MAX_MESSAGE]),
-            "classification": cls.kind if cls else None,
-            "matched": cls.to_dict() if cls else None,
-            "numbers": dict(cls.numbers) if cls else {},
-            "notes": [redact_text(str(n)) for n in getattr(exc, "__notes__", [])][:20],
-            "traceback": redact_text(tb),
-        }
+    def _capture(self, pre_unwind: bool, observer: dict[str, int] | None) -> Capture:
+        return capture(self.session, pre_unwind, observer, self.config.timeline_rows,
+                       self.config.census_top_n)
 
     def _write(self, trigger: str, reason: str | None, exc: BaseException | None,
-               cls: Classification | None, cap: _Capture) -> Path | None:
+               cls: Classification | None, cap: Capture) -> Path | None:
         if not self._lock.acquire(blocking=False):
             log.warning("memwatch: a bundle is already being written; %s skipped", trigger)
             return None
@@ -647,7 +431,7 @@ class FlightRecorder:
             name = f"{_utc_stamp(cap.wall)}-{host_name()}-rank{rank}-pid{os.getpid()}"
             w = BundleWriter(self.oom_root, name)
             if exc is not None:
-                w.write_json("exception.json", self._exception_doc(exc, cls))
+                w.write_json("exception.json", exception_doc(exc, cls))
             elif cap.observer is not None:
                 w.write_json("exception.json", {
                     "type": None, "message": None, "classification": "cuda_oom",
@@ -656,13 +440,13 @@ class FlightRecorder:
                 })
             w.write_json("memory.json", {
                 "latest": cap.latest, "limits": cap.limits, "observer": cap.observer,
-                "host_rss_at_write": _rss_now(), "address_space": _address_space(),
+                "host_rss_at_write": rss_now(), "address_space": address_space(),
                 "captured_at_unix": cap.wall,
                 "captured_on_thread": cap.thread, "capture_errors": cap.errors,
             })
-            w.write_json("environment.json", self._environment())
+            w.write_json("environment.json", environment(s, self._static_env, self._history_on))
             w.write_json("findings.json", redact_obj(cap.findings))
-            w.write_jsonl("timeline.jsonl", self._timeline_records(cap))
+            w.write_jsonl("timeline.jsonl", timeline_records(cap))
             if cap.census is not None:
                 w.write_json("census.json", redact_obj(cap.census))
             if cap.memory_stats is not None or cap.snapshot is not None:
@@ -679,7 +463,7 @@ class FlightRecorder:
                 "trigger": trigger,
                 "reason": redact_text(reason) if reason else None,
                 "classification": cls.kind if cls else ("cuda_oom" if cap.observer else None),
-                "exception_type": _qualname(type(exc)) if exc is not None else None,
+                "exception_type": qualname(type(exc)) if exc is not None else None,
                 "pre_unwind": cap.pre_unwind,
                 "host": host_name(),
                 "pid": os.getpid(),

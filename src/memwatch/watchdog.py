@@ -292,9 +292,9 @@ class Watchdog:
             vals = dict(zip(dev.fast_keys, dev.read_fast(), strict=False))
             if "device.reserved" in vals:
                 out["device.reserved"] = float(vals["device.reserved"])
-        from memwatch.recorder import _rss_now
+        from memwatch.evidence import rss_now
 
-        rss = _rss_now()
+        rss = rss_now()
         if rss is not None:
             out["host.rss"] = float(rss)
         return out

@@ -11,7 +11,7 @@ import argparse
 
 from memwatch.bundle import open_bundle
 from memwatch.cli._base import Command
-from memwatch.recorder import segments_summary
+from memwatch.evidence import segments_summary
 from memwatch.report.summary import summarize
 from memwatch.report.terminal import render_text
 from memwatch.units import fmt_bytes
