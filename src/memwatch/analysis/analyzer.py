@@ -28,7 +28,7 @@ import numpy as np
 
 from memwatch.analysis import explain
 from memwatch.analysis.shapes import EpochStats, ShapeConfig, epoch_stats
-from memwatch.analysis.trend import trend_test
+from memwatch.analysis.trend import diff_noise, trend_test
 from memwatch.findings import Finding, Severity
 from memwatch.timeline import EpochSummary
 
@@ -260,10 +260,11 @@ class Analyzer:
         tr = trend_test(t, gap)
         total = self._limit("device.reserved") or float(np.nanmax(r))
         rise = float(gap[-max(2, len(gap) // 10):].min() - gap[: max(2, len(gap) // 10)].min())
-        thr = max(self.config.shape.min_growth_bytes, 0.01 * total)
         retries = _delta(summary, "device.alloc_retries")
         split = _last(summary, "device.inactive_split") or 0.0
         reserved_now = _last(summary, "device.reserved") or 0.0
+        thr = max(self.config.shape.min_growth_bytes, 0.01 * reserved_now,
+                  self.config.shape.noise_k * diff_noise(gap))
         grows = tr.increasing(self.config.shape.alpha) and rise > thr
         heavy = reserved_now > 0 and split > 0.3 * reserved_now and retries > 0
         if not (grows or heavy):

@@ -259,9 +259,9 @@ def allocator_retention(metric: str, cur: EpochStats, slope: float, a: dict[str,
     msg = (
         f"{_where(metric)} grows by {fmt_bytes(slope)} per step, but live tensors and Python "
         f"objects do not (they explain {fmt_bytes(a.get('explained_bytes', 0))} of "
-        f"{fmt_bytes(a.get('rss_growth_bytes', 0))}): the C allocator is keeping freed memory "
-        "(glibc arenas fragment under many threads and mixed sizes). Nothing in your code holds "
-        "it, so no code fix applies."
+        f"{fmt_bytes(a.get('rss_growth_bytes', 0))}). Most often that is the C allocator "
+        "keeping freed memory (glibc arenas fragment under many threads and mixed sizes), which "
+        "no code fix addresses; less often native code (an extension) leaking outside Python."
     )
     return Finding(
         kind="allocator_retention", metric=metric, severity="warning", message=msg,

@@ -1,0 +1,126 @@
+"""Tensor census and holder naming, on objects whose holders are known."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import torch
+
+from memwatch.analysis import census as C
+
+GLOBAL_HISTORY: list[torch.Tensor] = []
+
+
+def _holder_of(t: torch.Tensor) -> C.Holder:
+    h = C.find_holder(id(t))
+    assert h is not None
+    return h
+
+
+def test_census_groups_and_deduplicates_views() -> None:
+    base = torch.zeros(1024)  # 4 KiB storage
+    views = [base[:512], base[512:]]
+    c = C.take_census()
+    g = c.groups[("cpu", "torch.float32", (512,), False, "")]
+    assert g.count >= 2
+    # the views share base's storage: its bytes are counted once, not per view
+    assert c.tensor_bytes["cpu"] >= 4096
+    assert sum(x.bytes for k, x in c.groups.items() if k[2] == (512,)) < 4096 * 2
+    del views
+
+
+def test_diff_names_growing_group() -> None:
+    keep: list[torch.Tensor] = []
+    c0 = C.take_census()
+    keep.extend(torch.ones(7, 13) for _ in range(20))
+    c1 = C.take_census()
+    growth = C.diff(c0, c1, "cpu")
+    top = [g for g in growth if g.group.shape == (7, 13)]
+    assert top and top[0].count_delta == 20
+    assert top[0].bytes_delta == 20 * 7 * 13 * 4
+    assert len(top[0].new_ids) == 20
+
+
+def test_holder_module_global() -> None:
+    GLOBAL_HISTORY.append(torch.ones(3, 3))
+    h = _holder_of(GLOBAL_HISTORY[-1])
+    assert h.root == "global"
+    assert "GLOBAL_HISTORY" in h.path and "test_analysis_census.py" in h.path
+    assert h.container == "list"
+
+
+class Trainer:
+    def __init__(self) -> None:
+        self.cache: dict[int, torch.Tensor] = {}
+
+
+def test_holder_attribute_dict_cache() -> None:
+    tr = Trainer()
+    tr.cache[7] = torch.ones(2, 2)
+    holder = {"trainer": tr}  # noqa: F841 - keeps tr reachable from a local only
+    h = _holder_of(tr.cache[7])
+    assert ".cache[7]" in h.path
+    assert h.container == "dict"
+
+
+def test_holder_hook_closure() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    store: list[torch.Tensor] = []
+
+    def make(store: list[torch.Tensor]) -> Any:
+        def hook(m: Any, i: Any, o: torch.Tensor) -> None:
+            store.append(o)
+        return hook
+
+    for _ in range(3):
+        model[0].register_forward_hook(make(store))
+    model(torch.ones(1, 4))
+    first = store[0]
+    del store  # only the hooks' closures hold the list now
+    h = _holder_of(first)
+    assert h.via_hook and h.hook_count == 3
+    assert "_forward_hooks" in h.path and "closure variable `store`" in h.path
+
+
+def test_holder_stored_traceback_frame() -> None:
+    errors: list[BaseException] = []
+
+    def step() -> None:
+        big = torch.ones(5, 5) * 2  # noqa: F841 - held by the frame the traceback keeps
+        raise ValueError("boom")
+
+    try:
+        step()
+    except ValueError as e:
+        errors.append(e)
+    tb = errors[0].__traceback__
+    assert tb is not None and tb.tb_next is not None
+    t = tb.tb_next.tb_frame.f_locals["big"]
+    h = _holder_of(t)
+    del t
+    assert h.via_traceback
+    assert "local `big` of step()" in h.path and "__traceback__" in h.path
+
+
+def test_holder_bounded_deque_is_named_too() -> None:
+    recent: collections.deque[torch.Tensor] = collections.deque(maxlen=4)
+    recent.append(torch.ones(1))
+    holder = [recent]  # noqa: F841
+    h = _holder_of(recent[0])
+    assert h.container == "deque"
+
+
+def test_graph_bytes_of_a_tensor_kept_with_its_graph() -> None:
+    lin = torch.nn.Linear(64, 256)
+    out = torch.relu(lin(torch.randn(32, 64))).sum()
+    saved, nodes = C.graph_bytes(out)
+    assert nodes >= 3
+    assert saved >= 32 * 256 * 4  # relu's saved result at least
+
+
+def test_tensor_census_json_shape() -> None:
+    keep = torch.ones(100, 100)  # noqa: F841
+    d = C.tensor_census(top_n=5)
+    assert d["tensors_scanned"] > 0 and len(d["groups"]) <= 5
+    assert {"device", "dtype", "shape", "count", "bytes"} <= set(d["groups"][0])

@@ -1,0 +1,160 @@
+"""Verdicts on scripted FakeDevice series: every finding kind, and quiet when nothing is wrong."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import memwatch
+from memwatch.analysis import AnalyzerConfig
+from memwatch.testing import FakeDevice
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+def run(tmp_path: Path, fn: Callable[[int, int, int], float], epochs: int = 4, steps: int = 300,
+        total: int = 8 * GIB, reserved_factor: float = 1.0, **kw: object
+        ) -> list[list[memwatch.Finding]]:
+    dev = FakeDevice(total_bytes=total)
+    out = []
+    with memwatch.watch(device=dev, host=False, workers=False, out_dir=str(tmp_path),
+                        census="never", **kw) as mw:  # type: ignore[arg-type]
+        s = 0
+        for e in range(epochs):
+            for i in range(steps):
+                a = int(fn(e, i, s))
+                dev.set(allocated=a, reserved=int(a * reserved_factor))
+                mw.step()
+                s += 1
+            out.append(mw.end_epoch())
+    return out
+
+
+def kinds(per_epoch: list[list[memwatch.Finding]]) -> list[list[str]]:
+    return [[f.kind for f in fs] for fs in per_epoch]
+
+
+rng = np.random.default_rng(0)
+
+
+def test_linear_leak_found_at_second_epoch_with_forecast(tmp_path: Path) -> None:
+    res = run(tmp_path, lambda e, i, s: GIB + s * 100_000 + rng.normal(0, 2e6))
+    assert kinds(res)[0] == []
+    leak = [f for f in res[1] if f.kind == "leak"][0]
+    assert leak.metric == "device.allocated"
+    assert leak.severity == "warning"
+    assert leak.bytes_per_step == pytest.approx(100_000, rel=0.1)
+    lo, hi = leak.evidence["slope_ci_low"], leak.evidence["slope_ci_high"]
+    assert lo <= 100_000 <= hi
+    # True OOM: allocated reaches 8 GiB at step (7 GiB / 100 kB) = 75,162; 600 steps are done.
+    true_remaining = 7 * GIB / 100_000 - 600
+    assert leak.steps_to_oom == pytest.approx(true_remaining, rel=0.25)
+    assert leak.seconds_to_oom is not None and leak.seconds_to_oom >= 0
+    assert "per step" in leak.message and "not released" in leak.message
+
+
+def test_noisy_leak_noise_larger_than_growth(tmp_path: Path) -> None:
+    res = run(tmp_path, lambda e, i, s: GIB + s * 50_000 + rng.normal(0, 2e6))
+    assert any(f.kind == "leak" for f in res[1] + res[2])
+
+
+def test_leak_critical_when_oom_inside_horizon(tmp_path: Path) -> None:
+    # 1 MiB per step with 600 MiB of headroom: OOM in about 600 steps < 2 epochs of 300.
+    res = run(tmp_path, lambda e, i, s: 6 * GIB + s * MIB, total=int(7 * GIB))
+    leaks = [f for f in res[1] if f.kind == "leak"]
+    assert leaks and leaks[0].severity == "critical"
+
+
+def test_total_steps_sets_the_horizon(tmp_path: Path) -> None:
+    # Same leak, but the run ends long before the forecast OOM: a warning, not critical.
+    res = run(tmp_path, lambda e, i, s: GIB + s * 10_000, total_steps=1200)
+    leaks = [f for f in res[1] if f.kind == "leak"]
+    assert leaks and leaks[0].severity == "warning"
+
+
+def test_accumulation_released_at_epoch_end_is_not_a_leak(tmp_path: Path) -> None:
+    res = run(tmp_path, lambda e, i, s: GIB + i * 100_000 + rng.normal(0, 2e5))
+    flat = [k for ks in kinds(res) for k in ks]
+    assert "leak" not in flat
+    assert "accumulation" in flat
+
+
+def test_warmup_plateau_is_not_a_leak(tmp_path: Path) -> None:
+    res = run(tmp_path, lambda e, i, s: GIB + 300e6 * (1 - np.exp(-s / 150)) + rng.normal(0, 2e5))
+    flat = [k for ks in kinds(res) for k in ks]
+    assert "leak" not in flat
+    assert "plateau" in flat
+
+
+def test_one_time_buffer_is_a_step_change(tmp_path: Path) -> None:
+    res = run(tmp_path, lambda e, i, s: GIB + (200e6 if s > 450 else 0) + rng.normal(0, 2e5))
+    assert kinds(res)[1] == ["step_change"]
+    assert [k for ks in kinds(res) for k in ks].count("leak") == 0
+
+
+def test_staircase_leak(tmp_path: Path) -> None:
+    res = run(tmp_path, lambda e, i, s: GIB + (s // 50) * 5e6 + rng.normal(0, 2e5))
+    assert "leak" in kinds(res)[1]
+
+
+def test_leak_starting_in_a_later_epoch(tmp_path: Path) -> None:
+    res = run(tmp_path, lambda e, i, s: GIB + max(0, s - 300) * 100_000 + rng.normal(0, 2e5))
+    assert "leak" not in kinds(res)[0] + kinds(res)[1]
+    assert "leak" in kinds(res)[2]
+
+
+def test_periodic_pattern_is_quiet(tmp_path: Path) -> None:
+    res = run(tmp_path, lambda e, i, s: GIB + (s % 250) * 100_000 + rng.normal(0, 2e5))
+    assert "leak" not in [k for ks in kinds(res) for k in ks]
+
+
+def test_clean_run_returns_no_warning(tmp_path: Path) -> None:
+    res = run(tmp_path, lambda e, i, s: GIB + rng.normal(0, 5e6))
+    assert all(f.severity == "info" for fs in res for f in fs)
+
+
+def test_near_oom(tmp_path: Path) -> None:
+    res = run(tmp_path, lambda e, i, s: 0.95 * 8 * GIB + rng.normal(0, 1e5), epochs=1)
+    near = [f for f in res[0] if f.kind == "near_oom"]
+    assert near and near[0].severity in ("warning", "critical")
+    assert near[0].evidence["share"] > 0.9
+
+
+def test_fragmentation_reserved_grows_allocated_flat(tmp_path: Path) -> None:
+    """Reserved - allocated keeps growing while allocated does not: fragments, not a leak."""
+    dev = FakeDevice(total_bytes=64 * GIB)
+    out: list[memwatch.Finding] = []
+    with memwatch.watch(device=dev, host=False, workers=False, out_dir=str(tmp_path),
+                        census="never") as mw:
+        s = 0
+        for _e in range(3):
+            for _i in range(300):
+                dev.set(allocated=int(4 * GIB + rng.normal(0, 20 * MIB)),
+                        reserved=int(5 * GIB + s * 2 * MIB))
+                mw.step()
+                s += 1
+            out += mw.end_epoch()
+    frag = [f for f in out if f.kind == "fragmentation"]
+    assert frag, [f.kind for f in out]
+    assert frag[0].metric == "device.reserved"
+    assert any("expandable_segments" in s for s in frag[0].suggestions)
+    assert frag[0].evidence["reserved_minus_allocated"] > GIB
+    assert "leak" not in [f.kind for f in out]
+
+
+def test_findings_serialise(tmp_path: Path) -> None:
+    import json
+
+    res = run(tmp_path, lambda e, i, s: GIB + s * 100_000)
+    for fs in res:
+        for f in fs:
+            assert memwatch.Finding.from_dict(json.loads(json.dumps(f.to_dict()))) == f
+
+
+def test_bad_analyzer_config() -> None:
+    with pytest.raises(ValueError, match="near_oom_margin"):
+        AnalyzerConfig(near_oom_margin=2.0)
