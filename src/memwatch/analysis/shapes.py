@@ -120,6 +120,6 @@ def epoch_stats(summary: EpochSummary, metric: str, cfg: ShapeConfig,
             return st
     if not (tr.increasing(cfg.alpha) and rise_fit > threshold and st.rise > 0.5 * threshold):
         return st
-    st.saturation = saturation_ratio(t, y)
+    st.saturation = saturation_ratio(t, y, tr)
     st.shape = "plateau" if st.saturation < cfg.saturation else "growing"
     return st

@@ -13,6 +13,7 @@ statistics cost well under a millisecond; :func:`bucket` reduces long raw series
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -54,9 +55,23 @@ class Trend:
         return self.p < alpha and self.s > 0 and self.slope_low > 0
 
 
-def _pairwise(t: FloatArray, y: FloatArray) -> tuple[FloatArray, FloatArray]:
-    i, j = np.triu_indices(len(y), k=1)
-    return t[j] - t[i], y[j] - y[i]
+@functools.lru_cache(maxsize=8)
+def _pairs(n: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    # Pair indices are the same for every series of one length: build them once.
+    i, j = np.triu_indices(n, k=1)
+    i.setflags(write=False)
+    j.setflags(write=False)
+    return i, j
+
+
+def _ranked(values: FloatArray, ranks: list[int]) -> dict[int, float]:
+    """Order statistics at ``ranks`` in O(n) (np.partition), without a full sort."""
+    m = len(values)
+    kth = sorted({r for r in ranks if 0 <= r < m})
+    if not kth:
+        return {}
+    part = np.partition(values, kth)
+    return {r: float(part[r]) for r in kth}
 
 
 def trend_test(t_in: npt.ArrayLike, y_in: npt.ArrayLike, confidence: float = 0.95) -> Trend:
@@ -64,20 +79,30 @@ def trend_test(t_in: npt.ArrayLike, y_in: npt.ArrayLike, confidence: float = 0.9
     t: FloatArray = np.asarray(t_in, dtype=np.float64)
     y: FloatArray = np.asarray(y_in, dtype=np.float64)
     ok = ~(np.isnan(t) | np.isnan(y))
-    t, y = t[ok], y[ok]
+    if not ok.all():
+        t, y = t[ok], y[ok]
     n = len(y)
     if n < 4:
         return Trend(n, 0.0, 0.0, 1.0, 0.0, -math.inf, math.inf, float(y[0]) if n else 0.0,
                      0.0, 0.0)
-    dt, dy = _pairwise(t, y)
-    s = float(np.sign(dy).sum())
+    i, j = _pairs(n)
+    dt = t[j] - t[i]
+    dy = y[j] - y[i]
+    s = float(np.count_nonzero(dy > 0) - np.count_nonzero(dy < 0))
     # Variance of S with the correction for tied values (memory series have many ties).
     _, counts = np.unique(y, return_counts=True)
     ties = counts[counts > 1]
     var_s = (n * (n - 1) * (2 * n + 5) - float((ties * (ties - 1) * (2 * ties + 5)).sum())) / 18.0
     valid = dt > 0
-    slopes = dy[valid] / dt[valid]
-    slope = float(np.median(slopes)) if len(slopes) else 0.0
+    slopes = dy / dt if valid.all() else dy[valid] / dt[valid]
+    m = len(slopes)
+    if m == 0:
+        return Trend(n, s, 0.0, 1.0, 0.0, -math.inf, math.inf, float(np.median(y)), 0.0, 0.0)
+    mid = [(m - 1) // 2, m // 2]
+    # Sen's confidence interval needs Var(S) after the autocorrelation correction, which needs
+    # the residuals, which need the slope: compute the median first.
+    med = _ranked(slopes, mid)
+    slope = (med[mid[0]] + med[mid[1]]) / 2.0
     intercept = float(np.median(y - slope * t))
     resid = y - (intercept + slope * t)
     r1 = _lag1(resid)
@@ -86,20 +111,19 @@ def trend_test(t_in: npt.ArrayLike, y_in: npt.ArrayLike, confidence: float = 0.9
         k = np.arange(1, n)
         factor = 1.0 + 2.0 * float(((1 - k / n) * r1**k).sum())
         var_s *= max(factor, 1.0)
+    noise = 1.4826 * float(np.median(np.abs(resid - np.median(resid))))
     if var_s <= 0:
-        return Trend(n, s, 0.0, 1.0, slope, slope, slope, intercept, r1, 0.0)
+        return Trend(n, s, 0.0, 1.0, slope, slope, slope, intercept, r1, noise)
     z = (s - math.copysign(1.0, s)) / math.sqrt(var_s) if s != 0 else 0.0
     p = math.erfc(abs(z) / math.sqrt(2.0))
     # Sen's confidence interval: ranks of the sorted pairwise slopes around the median.
     za = _Z.get(confidence, 1.9599640)
     c = za * math.sqrt(var_s)
-    slopes.sort()
-    m = len(slopes)
     lo_rank = int(math.floor((m - c) / 2.0))
     hi_rank = int(math.ceil((m + c) / 2.0))
-    slope_low = float(slopes[lo_rank]) if 0 <= lo_rank < m else -math.inf
-    slope_high = float(slopes[hi_rank]) if 0 <= hi_rank < m else math.inf
-    noise = 1.4826 * float(np.median(np.abs(resid - np.median(resid))))
+    ci = _ranked(slopes, [lo_rank, hi_rank])
+    slope_low = ci.get(lo_rank, -math.inf)
+    slope_high = ci.get(hi_rank, math.inf)
     return Trend(n, s, z, p, slope, slope_low, slope_high, intercept, r1, noise)
 
 
@@ -171,7 +195,7 @@ def _significant_rise(tr: Trend, t: FloatArray, scale: float) -> bool:
     return tr.increasing(0.01) and tr.slope * span > 0.2 * scale
 
 
-def saturation_ratio(t: FloatArray, y: FloatArray) -> float:
+def saturation_ratio(t: FloatArray, y: FloatArray, whole: Trend | None = None) -> float:
     """Slope of the last half over slope of the whole: ~1 for steady growth, ~0 when levelling off.
 
     Uses Theil–Sen on each part. Returns 1.0 when the whole shows no rise.
@@ -179,7 +203,8 @@ def saturation_ratio(t: FloatArray, y: FloatArray) -> float:
     n = len(y)
     if n < 8:
         return 1.0
-    whole = trend_test(t, y)
+    if whole is None:
+        whole = trend_test(t, y)
     if whole.slope <= 0:
         return 1.0
     h = n // 2
