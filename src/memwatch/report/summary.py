@@ -132,6 +132,8 @@ def summarize(bundle: Bundle) -> Summary:
     else:
         trimmed = [t.get("file") for t in m.get("trimmed", []) if isinstance(t, dict)]
         note = "census trimmed to fit the size cap" if "census.json" in trimmed else "no census"
+    top = [t for t in top if isinstance(t, dict)]
+    _holders_from_findings(top, findings if isinstance(findings, list) else [])
     return Summary(
         path=str(bundle.path),
         manifest=m,
@@ -139,7 +141,7 @@ def summarize(bundle: Bundle) -> Summary:
         exception=exc if isinstance(exc, dict) else None,
         fullness=_fullness(memory if isinstance(memory, dict) else {},
                            exc if isinstance(exc, dict) else None),
-        top_tensors=[t for t in top if isinstance(t, dict)],
+        top_tensors=top,
         census_note=note,
         findings=[f for f in findings if isinstance(f, dict)] if isinstance(findings, list) else [],
         environment=env if isinstance(env, dict) else {},
@@ -161,3 +163,35 @@ def tensor_label(t: dict[str, Any]) -> str:
     elif t.get("requires_grad"):
         s += ", requires_grad"
     return s
+
+
+def latest_findings(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The last finding of each (kind, metric): the analyzer restates a verdict every epoch."""
+    last: dict[tuple[str, str], dict[str, Any]] = {}
+    for f in findings:
+        key = (str(f.get("kind")), str(f.get("metric")))
+        last.pop(key, None)
+        last[key] = f
+    return list(last.values())
+
+
+def _group_key(g: dict[str, Any]) -> tuple[str, str, str, str]:
+    return (str(g.get("device")), str(g.get("dtype")), str(list(g.get("shape") or [])),
+            str(g.get("grad_fn") or ""))
+
+
+def _holders_from_findings(top: list[dict[str, Any]], findings: list[Any]) -> None:
+    """Name the holder of a census group when a leak finding attributed that group already."""
+    holders: dict[tuple[str, str, str, str], str] = {}
+    for f in findings:
+        ev = f.get("evidence") if isinstance(f, dict) else None
+        if not isinstance(ev, dict) or not ev.get("holder"):
+            continue
+        for g in ev.get("growing_groups") or []:
+            if isinstance(g, dict):
+                holders[_group_key(g)] = f"{ev['holder']} (growing)"
+    for t in top:
+        if not t.get("holder"):
+            h = holders.get(_group_key(t))
+            if h:
+                t["holder"] = h

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import datetime as _dt
+import textwrap
 from typing import Any
 
-from memwatch.report.summary import SHOWN_METRICS, Summary, tensor_label
+from memwatch.report.summary import SHOWN_METRICS, Summary, latest_findings, tensor_label
 from memwatch.units import fmt_bytes
 
 __all__ = ["render_text"]
@@ -59,10 +60,20 @@ def render_text(s: Summary, tail_rows: int = 12) -> str:
             line += f"  held by {holder}"
         out.append(line)
     out.append("")
-    out.append(f"Findings ({len(s.findings)})")
-    for f in s.findings[:10]:
-        out.append(f"  [{f.get('severity', '?')}] {f.get('kind', '?')} {f.get('metric', '')}: "
-                   f"{f.get('message', '')}")
+    latest = latest_findings(s.findings)
+    more = (f"; the latest of each of {len(latest)} kind/metric pairs shown"
+            if len(latest) < len(s.findings) else "")
+    out.append(f"Findings ({len(s.findings)}{more})")
+    for f in latest[:10]:
+        head = f"[{f.get('severity', '?')}] {f.get('kind', '?')} {f.get('metric', '')}: "
+        out.extend(textwrap.wrap(head + str(f.get("message", "")), width=100,
+                                 initial_indent="  ", subsequent_indent="      "))
+        if f.get("culprit"):
+            out.extend(textwrap.wrap(f"culprit: {f['culprit']}", width=100,
+                                     initial_indent="      ", subsequent_indent="        "))
+        for tip in (f.get("suggestions") or [])[:1]:
+            out.extend(textwrap.wrap(f"try: {tip}", width=100, initial_indent="      ",
+                                     subsequent_indent="        "))
     if not s.findings:
         out.append("  (none)")
     out.append("")
