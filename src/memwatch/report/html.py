@@ -18,7 +18,13 @@ import math
 from typing import Any
 
 from memwatch.bundle import Bundle
-from memwatch.report.summary import SHOWN_METRICS, Summary, summarize, tensor_label
+from memwatch.report.summary import (
+    SHOWN_METRICS,
+    Summary,
+    latest_findings,
+    summarize,
+    tensor_label,
+)
 from memwatch.units import fmt_bytes
 
 __all__ = ["render_bundle_html", "render_summary_html"]
@@ -136,16 +142,20 @@ def render_summary_html(s: Summary) -> str:
         h.append("</table>")
     else:
         h.append(f"<p class='muted'>{_e(s.census_note or 'No census recorded.')}</p>")
+    latest = latest_findings(s.findings)
     h.append(f"<h2>Findings ({len(s.findings)})</h2>")
-    if s.findings:
-        h.append("<table><tr><th>severity</th><th>kind</th><th>metric</th><th>message</th>"
-                 "<th>suggestions</th></tr>")
-        for f in s.findings:
+    if len(latest) < len(s.findings):
+        h.append("<p class='muted'>The analyzer restates a verdict at every epoch end; the "
+                 "latest of each kind and metric is shown.</p>")
+    if latest:
+        h.append("<table><tr><th>severity</th><th>kind</th><th>metric</th><th>verdict</th>"
+                 "<th>culprit</th><th>suggestions</th></tr>")
+        for f in latest:
             sev = str(f.get("severity", ""))
             sugg = "<br>".join(_e(x) for x in f.get("suggestions") or [])
             h.append(f"<tr><td class='sev-{_e(sev)}'>{_e(sev)}</td><td>{_e(f.get('kind', ''))}"
                      f"</td><td>{_e(f.get('metric', ''))}</td><td>{_e(f.get('message', ''))}</td>"
-                     f"<td>{sugg}</td></tr>")
+                     f"<td>{_e(f.get('culprit') or '')}</td><td>{sugg}</td></tr>")
         h.append("</table>")
     else:
         h.append("<p class='muted'>No findings before the failure.</p>")
