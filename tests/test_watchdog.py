@@ -71,18 +71,36 @@ def test_cleanup_measures_freed_bytes_and_is_rate_limited(tmp_path: Path) -> Non
                          cleanup_min_interval_s=3600)
     with memwatch.watch(device=dev, host=False, workers=False, out_dir=tmp_path, signals=False,
                         watchdog=cfg, analyze=False) as mw:
-        handles = [dev.malloc(30 * MIB) for _ in range(30)]  # 900 MiB reserved
-        for h in handles[:20]:
-            dev.free(h)  # freed to the cache: reserved stays at 900 MiB
-        mw.step()  # crosses 85%: cleanup releases the 20 cached segments
-        assert dev.reserved == 10 * 30 * MIB
+        for h in [dev.malloc(30 * MIB) for _ in range(10)]:
+            dev.free(h)  # 300 MiB freed to the cache: still reserved
+        dev.set(allocated=880 * MIB)  # plus 880 MiB of live tensors: 88% of the device
+        mw.step()  # crosses 85%: the cleanup releases the cached segments
+        assert dev.reserved == 880 * MIB
         assert alerts[0].freed_bytes is not None
-        assert alerts[0].freed_bytes["device.reserved"] == 600 * MIB
-        assert "cleanup freed device.reserved 600.0 MiB" in alerts[0].message
+        assert alerts[0].freed_bytes["device.reserved"] == 300 * MIB
+        assert "cleanup freed device.reserved 300.0 MiB" in alerts[0].message
         assert mw.watchdog is not None and mw.watchdog.cleanup() is None  # rate-limited
         forced = mw.watchdog.cleanup(force=True)
         assert forced is not None and forced["device.reserved"] == 0  # nothing left to free
         assert len(mw.watchdog.cleanups) == 2
+
+
+def test_a_full_cache_alone_is_not_an_alert(tmp_path: Path) -> None:
+    # Reserved at 99% but live tensors at 10%: the allocator would free its cache and retry.
+    alerts: list[Alert] = []
+    dev = FakeDevice(total_bytes=1000 * MIB)
+    with memwatch.watch(device=dev, host=False, workers=False, out_dir=tmp_path, signals=False,
+                        analyze=False, watchdog={"every_n_steps": 1, "alert": alerts.append}
+                        ) as mw:
+        dev.set(allocated=100 * MIB, reserved=990 * MIB)
+        mw.step()
+        assert alerts == []
+    custom: list[Alert] = []
+    with memwatch.watch(device=dev, host=False, workers=False, out_dir=tmp_path, signals=False,
+                        analyze=False, watchdog={"every_n_steps": 1, "alert": custom.append,
+                                                 "metrics": ("device.reserved",)}) as mw:
+        mw.step()
+    assert [a.metric for a in custom] == ["device.reserved"]
 
 
 def test_host_scope_uses_host_limit(tmp_path: Path) -> None:
@@ -154,6 +172,7 @@ def test_broken_alert_callback_never_breaks_training(tmp_path: Path,
     {"hysteresis": 0.9},
     {"alert": "not callable"},
     {"horizon_steps": -1},
+    {"metrics": "device.reserved"},
     {"no_such_option": 1},
 ])
 def test_config_errors(bad: dict[str, Any]) -> None:

@@ -53,11 +53,15 @@ if TYPE_CHECKING:
     from memwatch.findings import Finding
     from memwatch.session import MemWatch
 
-__all__ = ["ACTIONS", "Alert", "Watchdog", "WatchdogConfig", "parse_watchdog"]
+__all__ = ["ACTIONS", "DEFAULT_METRICS", "Alert", "Watchdog", "WatchdogConfig", "parse_watchdog"]
 
 log = logging.getLogger("memwatch")
 
 ACTIONS: frozenset[str] = frozenset({"alert", "cleanup", "bundle", "stop"})
+#: Metrics compared with their limits by default. Not ``device.reserved``: the caching allocator
+#: frees its cache and retries before it raises an OOM, so a full cache is not a risk by itself
+#: (and healthy runs often keep it near the device total).
+DEFAULT_METRICS: tuple[str, ...] = ("device.allocated", "device.peak", "host.rss")
 _LEVELS = {"ok": 0, "warning": 1, "critical": 2}
 _LIMITS_REFRESH_S = 60.0
 
@@ -76,6 +80,7 @@ class WatchdogConfig:
         alert: callback receiving each :class:`Alert` (default: a ``memwatch`` log warning).
         cleanup_min_interval_s: at most one cleanup per this many seconds (``gc.collect`` on a
             big heap costs real time).
+        metrics: the metrics compared with their known limits (the fullest one per scope counts).
     """
 
     enabled: bool = True
@@ -89,6 +94,7 @@ class WatchdogConfig:
     on_forecast: tuple[str, ...] = ("alert",)
     alert: Callable[[Alert], Any] | None = None
     cleanup_min_interval_s: float = 60.0
+    metrics: tuple[str, ...] = DEFAULT_METRICS
 
     def __post_init__(self) -> None:
         n = self.every_n_steps
@@ -120,6 +126,10 @@ class WatchdogConfig:
                                   f"{sorted(ACTIONS)}.")
         if self.alert is not None and not callable(self.alert):
             raise ConfigError(f"watchdog alert={self.alert!r} must be a callable taking an Alert.")
+        if isinstance(self.metrics, str) or not all(isinstance(m, str) for m in self.metrics):
+            raise ConfigError(f"watchdog metrics={self.metrics!r} must be a tuple of metric names, "
+                              f"e.g. {DEFAULT_METRICS}.")
+        object.__setattr__(self, "metrics", tuple(self.metrics))
         c = self.cleanup_min_interval_s
         if not isinstance(c, (int, float)) or c < 0:
             raise ConfigError(f"watchdog cleanup_min_interval_s={c!r} must be >= 0 seconds.")
@@ -194,6 +204,8 @@ class Watchdog:
         latest = self.session.latest()
         out: dict[str, tuple[float, str, float, float]] = {}
         for metric, limit in self._current_limits().items():
+            if metric not in self.config.metrics:
+                continue
             v = latest.get(metric)
             if v is None or not limit or limit <= 0 or math.isnan(v):
                 continue
