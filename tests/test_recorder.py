@@ -117,6 +117,20 @@ def test_wrapped_oom_reuses_the_bundle(tmp_path: Path) -> None:
     assert len(complete_bundles(tmp_path)) == 1
 
 
+def test_close_in_finally_handles_the_exception_in_flight(tmp_path: Path) -> None:
+    dev = FakeDevice(total_bytes=32 * MIB)
+    mw = memwatch.MemWatch(device=dev, workers=False, out_dir=tmp_path, signals=False).start()
+    with pytest.raises(RuntimeError) as info:
+        try:
+            dev.malloc(64 * MIB)
+        finally:
+            mw.close()  # runs before any excepthook would
+    (b,) = complete_bundles(tmp_path)
+    m = open_bundle(b).manifest
+    assert m["trigger"] == "exception" and m["pre_unwind"] is True
+    assert "exception.json" in m["files"] and info.value.memwatch_bundle == b  # type: ignore
+
+
 def test_caught_oom_is_flushed_at_close(tmp_path: Path) -> None:
     dev = FakeDevice(total_bytes=32 * MIB)
     with memwatch.watch(device=dev, workers=False, out_dir=tmp_path, signals=False):

@@ -191,6 +191,11 @@ class FlightRecorder:
         """Restore hooks and handlers, detach the observer; flush an unclaimed OOM capture."""
         if not self._active or os.getpid() != self._pid:
             return
+        # close() from a `finally:` or `__exit__` while an exception propagates: that exception
+        # would reach sys.excepthook only after our hook is gone, so handle it here.
+        in_flight = sys.exc_info()[1]
+        if in_flight is not None:
+            self.handle_exception(in_flight)
         self._active = False
         try:
             atexit.unregister(self._atexit)
