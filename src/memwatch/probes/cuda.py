@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from memwatch.probes.base import DEVICE_FAST_KEYS, DEVICE_SLOW_KEYS, OOMObserver, WindowPeak
@@ -61,6 +61,7 @@ class CudaProbe:
         self.kind = "rocm" if getattr(torch.version, "hip", None) else "cuda"
         self._peak = WindowPeak()
         raw = getattr(torch._C, "_cuda_memoryStats", None)
+        self._stats: Callable[[], Any]
         if raw is not None:
             self._stats = lambda: raw(self.index)
         else:  # public, slightly slower

@@ -12,6 +12,7 @@ import os
 import sys
 import weakref
 from collections.abc import Sequence
+from typing import Any
 
 from memwatch.probes import procfs
 
@@ -58,7 +59,7 @@ class HostProbe:
     def __init__(self) -> None:
         self._fd = -1
         self._pid = -1
-        self._psutil_proc: object | None = None
+        self._psutil_proc: Any = None  # psutil.Process off Linux
         self._open()
         _register(self)
 
@@ -87,7 +88,7 @@ class HostProbe:
         if self._fd >= 0:
             return (float(procfs.rss_from_statm_fd(self._fd)),)
         proc = self._psutil_proc
-        return (float(proc.memory_info().rss),)  # type: ignore[attr-defined]
+        return (float(proc.memory_info().rss),)
 
     def read_slow(self) -> dict[str, float]:
         if sys.platform.startswith("linux"):
