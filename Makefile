@@ -23,6 +23,10 @@ demo: venv
 test: venv
 	WANDB_MODE=offline HF_HUB_OFFLINE=1 WANDB_SILENT=true $(PY) -m pytest -q
 
+# The quick loop while editing: stop at the first failure, skip the slow end-to-end tests.
+test-fast: venv
+	WANDB_MODE=offline HF_HUB_OFFLINE=1 WANDB_SILENT=true $(PY) -m pytest -q -x -m 'not slow and not gpu'
+
 bench: venv
 	$(PY) benchmarks/run_all.py
 
