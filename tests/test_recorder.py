@@ -205,7 +205,8 @@ def test_capture_oom_and_dump(tmp_path: Path) -> None:
         with pytest.raises(Exception) as info:
             with mw.capture_oom():
                 dev.malloc(64 * MIB)
-        assert info.value.memwatch_bundle is not None  # type: ignore[attr-defined]
+        forced = info.value.memwatch_bundle  # type: ignore[attr-defined]
+        assert forced is not None and open_bundle(forced).manifest["pre_unwind"] is True
         with pytest.raises(KeyError):
             with mw.capture_oom():
                 raise KeyError("x")  # not an OOM, bundle_on="none": re-raised, no bundle

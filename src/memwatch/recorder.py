@@ -142,7 +142,7 @@ class FlightRecorder:
     def __init__(self, session: MemWatch, config: RecorderConfig) -> None:
         self.session = session
         self.config = config
-        self.oom_root = Path(session.out_dir) / "oom"
+        self.oom_root = Path(session.out_dir).absolute() / "oom"  # immune to a later chdir
         self.bundles: list[Path] = []
         self._pid = os.getpid()
         self._lock = threading.Lock()
@@ -155,6 +155,8 @@ class FlightRecorder:
         self._prev_signals: dict[int, Any] = {}
         self._observer_attached = False
         self._history_on = False
+        #: >0 inside ``MemWatch.capture_oom()``: OOMs get a bundle whatever ``bundle_on`` says.
+        self.forced = 0
         self._active = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -170,7 +172,7 @@ class FlightRecorder:
         self._static_env = environment_static(self.session)
         self._arm_reserve()
         dev = self.session.device
-        if dev is not None and "cuda_oom" in cfg.bundle_on:
+        if dev is not None:
             try:
                 self._observer_attached = bool(dev.attach_oom_observer(self._on_oom))
             except Exception as e:  # noqa: BLE001
@@ -321,6 +323,8 @@ class FlightRecorder:
         try:
             if not self._active or os.getpid() != self._pid:
                 return
+            if "cuda_oom" not in self.config.bundle_on and self.forced == 0:
+                return  # no bundle would be written: skip the capture's cost
             obs = {"device": int(device), "tried_to_allocate": int(alloc),
                    "device_total": int(device_total), "device_free": int(device_free)}
             self._pending = self._capture(True, obs)

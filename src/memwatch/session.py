@@ -443,12 +443,18 @@ class MemWatch:
     def capture_oom(self) -> Iterator[None]:
         """An OOM raised inside gets a bundle (whatever ``bundle_on`` says); every exception is
         re-raised unchanged."""
+        rec = self.recorder
+        if rec is not None:
+            rec.forced += 1  # the OOM observer captures even when bundle_on excludes OOMs
         try:
             yield
         except BaseException as e:
-            if self.recorder is not None:
-                self.recorder.handle_exception(e, force_oom=True)
+            if rec is not None:
+                rec.handle_exception(e, force_oom=True)
             raise
+        finally:
+            if rec is not None:
+                rec.forced -= 1
 
     # ------------------------------------------------------------------ reading
     def latest(self) -> dict[str, float]:
