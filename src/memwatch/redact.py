@@ -25,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -162,27 +163,52 @@ def redact_argv(argv: Iterable[str]) -> list[str]:
     return out
 
 
-def redact_obj(obj: Any, _depth: int = 0) -> Any:
-    """Recursively redact a JSON-like structure: string values, and values under secret keys."""
-    if _depth > 32:
+def redact_obj(obj: Any) -> Any:
+    """Recursively redact a JSON-like structure: string values, and values under secret keys.
+
+    Snapshots repeat the same file and function names hundreds of thousands of times, so each
+    distinct string is redacted once per call (memoised).
+    """
+    memo: dict[str, str] = {}
+    return _redact_obj(obj, 0, memo)
+
+
+def _redact_str(s: str, memo: dict[str, str]) -> str:
+    out = memo.get(s)
+    if out is None:
+        out = redact_text(s)
+        if len(memo) < 1_000_000:
+            memo[s] = out
+    return out
+
+
+def _redact_obj(obj: Any, depth: int, memo: dict[str, str]) -> Any:
+    if depth > 32:
         return REDACTED  # pathological nesting: safer to drop than to walk forever
     if isinstance(obj, str):
-        return redact_text(obj)
+        return _redact_str(obj, memo)
+    if isinstance(obj, (int, float, bool)) or obj is None:
+        return obj
     if isinstance(obj, bytes):
         try:
-            return redact_text(obj.decode("utf-8")).encode("utf-8")
+            return _redact_str(obj.decode("utf-8"), memo).encode("utf-8")
         except UnicodeDecodeError:
             return obj
     if isinstance(obj, Mapping):
         red: dict[Any, Any] = {}
         for k, v in obj.items():
-            if isinstance(k, str) and is_secret_name(k) and isinstance(v, (str, bytes)):
+            if isinstance(k, str) and isinstance(v, (str, bytes)) and _secret_key(k):
                 red[k] = REDACTED
             else:
-                red[k] = redact_obj(v, _depth + 1)
+                red[k] = _redact_obj(v, depth + 1, memo)
         return red
     if isinstance(obj, list):
-        return [redact_obj(v, _depth + 1) for v in obj]
+        return [_redact_obj(v, depth + 1, memo) for v in obj]
     if isinstance(obj, tuple):
-        return tuple(redact_obj(v, _depth + 1) for v in obj)
+        return tuple(_redact_obj(v, depth + 1, memo) for v in obj)
     return obj
+
+
+@functools.lru_cache(maxsize=4096)
+def _secret_key(name: str) -> bool:
+    return is_secret_name(name)
