@@ -124,3 +124,13 @@ def test_tensor_census_json_shape() -> None:
     d = C.tensor_census(top_n=5)
     assert d["tensors_scanned"] > 0 and len(d["groups"]) <= 5
     assert {"device", "dtype", "shape", "count", "bytes"} <= set(d["groups"][0])
+
+
+def test_holder_local_of_a_running_function() -> None:
+    """The training loop that calls end_epoch() is still running: its locals are holders too."""
+    val_outputs = [torch.ones(4, 4) for _ in range(3)]
+    tid = id(val_outputs[1])
+    h = C.find_holder(tid)
+    assert h is not None
+    assert "local `val_outputs` of running test_holder_local_of_a_running_function()" in h.path
+    assert h.root == "frame"

@@ -319,7 +319,10 @@ class Analyzer:
 
     def _attribute(self, metric: str, cur: EpochStats, census_diff: Any) -> dict[str, Any]:
         if census_diff is None:
-            return {"census": "not available (needs a census at two epoch ends)"}
+            mode = getattr(self.session, "census_mode", "auto")
+            why = "turned off (census='never')" if mode == "never" else \
+                "not taken at two epoch ends yet"
+            return {"census": why}
         from memwatch.analysis import census
 
         prev, rec = census_diff

@@ -22,6 +22,8 @@ from typing import Any
 
 GroupKey = tuple[str, str, tuple[int, ...], bool, str]
 
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
 _MAX_IDS_PER_GROUP = 4096
 
 
@@ -301,10 +303,13 @@ class _Walker:
     def _referrers(self, obj: Any) -> list[Any]:
         # No local may hold our own frame object: a frame referring to itself forms a cycle
         # that keeps the callers' frames, and their temporaries, alive past this walk.
+        # Only memwatch's own frames are skipped: a user's function still running up the stack
+        # (the training loop that called end_epoch) is a legitimate holder.
         own = set()
         f: types.FrameType | None = sys._getframe()
         while f is not None:
-            own.add(id(f))
+            if f.f_code.co_filename.startswith(_PKG_DIR):
+                own.add(id(f))
             f = f.f_back
         raw = gc.get_referrers(obj)
         refs = [r for r in raw if id(r) not in own and id(r) not in self.ignore
@@ -339,6 +344,13 @@ class _Walker:
             refs = self._referrers(cur)
             step = self._best_step(cur, refs, visited)
             if step is None:
+                # A dead end: the collector cannot see frames that are still running, so the
+                # outermost object reached may be a local of a function on some thread's stack.
+                live = self._live_frame_local(cur)
+                if live is not None:
+                    segments.append(live)
+                    return self._holder(segments, "frame", container, container_len, via_tb,
+                                        via_hook, hook_count)
                 break
             kind, label, parent = step.kind, step.label, step.parent
             del step
@@ -382,6 +394,35 @@ class _Walker:
             return None
         return self._holder(segments, "unknown", container, container_len, via_tb, via_hook,
                             hook_count)
+
+    def _frame_locals_label(self, d: dict[Any, Any], key: Any) -> str | None:
+        """``d`` is the ``f_locals`` snapshot of a live frame: name that frame's variable."""
+        for frame in sys._current_frames().values():
+            f: types.FrameType | None = frame
+            while f is not None:
+                if not f.f_code.co_filename.startswith(_PKG_DIR) and f.f_locals is d:
+                    where = f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+                    return f" → local `{key}` of running {f.f_code.co_name}() ({where})"
+                f = f.f_back
+        return None
+
+    def _live_frame_local(self, obj: Any) -> str | None:
+        """A local variable of a function still running on some thread's stack.
+
+        The collector does not traverse frames that are executing, so ``gc.get_referrers``
+        never reports them: look at the live stacks directly.
+        """
+        for frame in sys._current_frames().values():
+            f: types.FrameType | None = frame
+            while f is not None:
+                if not f.f_code.co_filename.startswith(_PKG_DIR):
+                    for name, v in f.f_locals.items():
+                        if v is obj:
+                            code = f.f_code
+                            where = f"{os.path.basename(code.co_filename)}:{f.f_lineno}"
+                            return f" → local `{name}` of running {code.co_name}() ({where})"
+                f = f.f_back
+        return None
 
     def _exception_for(self, tb: types.TracebackType) -> Any | None:
         # Walk tb_next chains back to the head, then find the exception owning it.
@@ -442,6 +483,9 @@ class _Walker:
             mod = self.module_dicts.get(id(r))
             if mod is not None:
                 return ("global", f"{_module_label(mod)}: {key}", r)
+            frame_label = self._frame_locals_label(r, key)
+            if frame_label is not None:
+                return ("frame", frame_label, r)
             owner = self._dict_owner(r)
             if owner is not None:
                 attr = _attr_name(owner, r)
@@ -465,10 +509,10 @@ class _Walker:
                 idx = next((i for i, c in enumerate(cells) if c is r), None)
                 name = fn.__code__.co_freevars[idx] if idx is not None else "?"
                 return ("closure", f" → closure variable `{name}` of {fn.__qualname__}()", fn)
-            return ("cell", " → closure cell", r)
+            return None  # a cell whose function is gone says nothing useful
         if isinstance(r, types.FrameType):
-            if r.f_code.co_filename == __file__:
-                return None  # memwatch's own walking frames
+            if r.f_code.co_filename.startswith(_PKG_DIR):
+                return None  # memwatch's own frames
             name = next((k for k, v in r.f_locals.items() if v is cur), "?")
             code = r.f_code
             where = f"{os.path.basename(code.co_filename)}:{r.f_lineno}"

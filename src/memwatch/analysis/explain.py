@@ -38,8 +38,8 @@ def leak(*, metric: str, stats: list[EpochStats], slope: float, slope_ci: tuple[
     culprit, suggestions, detail = _culprit(metric, attribution)
     msg = (
         f"{_where(metric)} grows by {fmt_bytes(slope)} per step ({_ci(slope_ci)}) and is not "
-        f"released at epoch ends: the floor rose from {fmt_bytes(stats[0].floor)} to "
-        f"{fmt_bytes(cur.floor)} over {len(stats)} epochs."
+        f"released at epoch ends: its floor rose by {fmt_bytes(cur.floor - stats[0].floor)} "
+        f"(to {fmt_bytes(cur.floor)}) over {len(stats)} epochs."
     )
     if steps_to_oom is not None and limit is not None:
         msg += (
@@ -92,9 +92,16 @@ def _culprit(metric: str, a: dict[str, Any]) -> tuple[str | None, list[str], str
                 "For a precise allocation site, run with tracemalloc (MemWatch(...), "
                 "`memwatch.analysis.tracemalloc` docs) for one epoch.",
             ], "")
+        if "census" in a:  # no census to compare: say why, and how to get one
+            return (None, [
+                "The culprit is named from a census of live tensors at two epoch ends; it was "
+                f"{a['census']}. Run with census='always' (the default 'auto' takes one whenever "
+                "growth is suspected and it is cheap), or open an OOM bundle's census.json.",
+            ], "")
         return (None, [
-            "No growing group of live tensors was found between the last two censuses; run "
-            "another epoch (the census needs two epoch ends) or enable census='always'.",
+            "No growing group of live tensors was found between the last two censuses: the "
+            "memory is held outside Python-visible tensors (native code, the allocator); "
+            "`memwatch inspect` on a bundle shows the allocator state.",
         ], "")
     group = g.group
     what = f"+{g.count_delta} × {group.describe()}"
@@ -158,6 +165,9 @@ def _culprit(metric: str, a: dict[str, Any]) -> tuple[str | None, list[str], str
 
 
 def _short(path: str) -> str:
+    """The name a person would grep for: `history` in ``train.py: history[3]``."""
+    if "local `" in path:
+        return path.split("local `", 1)[1].split("`", 1)[0]
     head = path.split(" → ")[0]
     head = head.split(": ", 1)[-1]
     while head.endswith("]") and "[" in head:
@@ -284,9 +294,13 @@ def fragmentation(*, gap_now: float, gap_rise: float, slope: float, split: float
     msg = (
         f"The caching allocator holds {fmt_bytes(gap_now)} reserved but unallocated "
         f"(it grew by {fmt_bytes(gap_rise)} this epoch) while allocated memory did not grow: "
-        f"fragmentation. {fmt_bytes(split)} sit in split blocks that cannot serve larger "
-        f"requests, and the allocator had to free its cache and retry {int(retries)} time(s)."
+        "fragmentation."
     )
+    if split > 0:
+        msg += f" {fmt_bytes(split)} sit in split blocks that cannot serve larger requests."
+    if retries > 0:
+        msg += (f" The allocator had to free its cache and retry {int(retries)} time(s) this "
+                "epoch, which stalls the step each time.")
     sugg = []
     if "expandable_segments:True" not in conf:
         sugg.append("Set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` (before CUDA "
