@@ -168,6 +168,12 @@ def test_classification_and_message_numbers() -> None:
     c = classify(RuntimeError(cpu))
     assert c.kind == "host_oom" and c.numbers["tried_to_allocate"] == 16 << 30
     assert classify(MemoryError()).kind == "host_oom"
+    assert classify(OSError(12, "Cannot allocate memory")).kind == "host_oom"  # fork() failed
+    assert classify(OSError(2, "No such file")).kind == "other"
+    assert classify(RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be "
+                                 "asynchronously reported")).kind == "cuda_oom"
+    assert classify(RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling "
+                                 "`cublasCreate(handle)`")).kind == "cuda_oom"
     assert classify(ValueError("x")).kind == "other"
     try:
         try:

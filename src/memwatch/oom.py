@@ -2,7 +2,8 @@
 
 Classes: ``cuda_oom`` (``torch.OutOfMemoryError``, "CUDA/HIP out of memory", and
 :class:`memwatch.testing.FakeDevice`'s imitation), ``mps_oom`` ("MPS backend out of memory"),
-``host_oom`` (``MemoryError``, the CPU allocator's "DefaultCPUAllocator: can't allocate memory")
+``host_oom`` (``MemoryError``, the CPU allocator's "DefaultCPUAllocator: can't allocate memory",
+``OSError`` ENOMEM such as a failed ``fork()`` of a DataLoader worker)
 and ``other``. The cause/context chain is searched too: frameworks often wrap an OOM.
 
 Example::
@@ -17,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import errno
 import re
 from typing import Any
 
@@ -52,6 +54,10 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("mps_max_allowed", r"max allowed: " + _SIZE),
     )
 )
+# The caching allocator's message, plus allocations made outside it (CUDA context, cuBLAS
+# workspaces, NCCL buffers) that fail with the runtime's own out-of-memory error.
+_CUDA_OOM_MESSAGES = ("CUDA out of memory", "HIP out of memory", "CUDA error: out of memory",
+                      "HIP error: out of memory", "CUBLAS_STATUS_ALLOC_FAILED")
 _GPU_RE = re.compile(r"GPU (\d+)")
 _CPU_BYTES_RE = re.compile(r"you tried to allocate (\d+) bytes", re.IGNORECASE)
 
@@ -105,7 +111,7 @@ def _kind_of(exc: BaseException) -> str:
     t = type(exc)
     if "MPS backend out of memory" in msg:
         return "mps_oom"
-    if "CUDA out of memory" in msg or "HIP out of memory" in msg:
+    if any(m in msg for m in _CUDA_OOM_MESSAGES):
         return "cuda_oom"
     names = {c.__name__ for c in t.__mro__}
     if "OutOfMemoryError" in names and (
@@ -114,6 +120,8 @@ def _kind_of(exc: BaseException) -> str:
         return "cuda_oom"
     if isinstance(exc, MemoryError) or "DefaultCPUAllocator: can't allocate memory" in msg:
         return "host_oom"
+    if isinstance(exc, OSError) and exc.errno == errno.ENOMEM:
+        return "host_oom"  # fork() of a DataLoader worker, mmap, a pinned-memory buffer
     return "other"
 
 
