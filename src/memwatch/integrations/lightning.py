@@ -67,7 +67,7 @@ __all__ = ["MemWatchCallback", "MemWatchWarning"]
 log = logging.getLogger("memwatch")
 
 _STATE_VERSION = 1
-_EVAL_STAGES = ("val", "test")
+_WARN_SEVERITIES = ("warning", "critical")
 
 
 class MemWatchWarning(UserWarning):
@@ -84,7 +84,8 @@ class MemWatchCallback(Callback):
             trainer's ``log_every_n_steps``.
         watch_eval: sample validation and test loops too, each in its own timeline (a leak in
             evaluation shows in its own series and findings, never mixed with training's).
-        warn: emit a :class:`MemWatchWarning` once per new finding (per stage, kind and metric).
+        warn: emit a :class:`MemWatchWarning` once per new finding of severity ``warning`` or
+            ``critical`` (once per stage, kind and metric); ``info`` findings are only logged.
         graceful_stop: when memwatch's watchdog says to stop (an OOM is forecast within its
             horizon), save a checkpoint and set ``trainer.should_stop``. Off by default.
         stop_checkpoint: where that checkpoint goes; default
@@ -273,6 +274,9 @@ class MemWatchCallback(Callback):
             return
         if self._pending_state is not None:
             self._apply_pending_state()
+        # The validation timeline starts now rather than at the first validation: its buffers
+        # are then part of the first training epoch's floor instead of a step between epochs.
+        self._eval_start(trainer, "val")
 
     def _default_out_dir(self, trainer: Any) -> str:
         given = self._options.get("out_dir")
@@ -284,7 +288,7 @@ class MemWatchCallback(Callback):
             out = os.path.join(out, f"rank{getattr(trainer, 'global_rank', 0)}")
         return out
 
-    def _new_memwatch(self) -> MemWatch:
+    def _new_memwatch(self, for_eval: bool = False) -> MemWatch:
         opts = dict(self._options)
         if self._given is not None:
             # An evaluation timeline mirrors the configuration of the MemWatch the user passed.
@@ -302,6 +306,10 @@ class MemWatchCallback(Callback):
             }
         opts.setdefault("device", self._device)
         opts.setdefault("out_dir", self._out_dir)
+        if for_eval:
+            # One process, one flight recorder: the training session owns bundles, signal
+            # handlers and the watchdog; an evaluation timeline only samples and judges.
+            opts.update(recorder=False, signals=False, watchdog=False)
         return MemWatch(**opts)
 
     def _on_train_start(self, trainer: Any) -> None:
@@ -325,7 +333,7 @@ class MemWatchCallback(Callback):
         if mw is not None and mw.running:
             return
         try:
-            mw = self._new_memwatch()
+            mw = self._new_memwatch(for_eval=True)
             mw.start()
         except Exception as e:  # noqa: BLE001
             log.warning("memwatch: could not watch the %s loop (%s: %s)", stage,
@@ -396,13 +404,21 @@ class MemWatchCallback(Callback):
             self._log_findings_text(trainer, new, stage, step)
         if self.warn:
             for f in new:
-                self._warn_once(trainer, f, stage)
+                # Info-level findings (a warm-up that levelled off) are logged, not warned about:
+                # a clean run must stay silent.
+                if f.severity in _WARN_SEVERITIES:
+                    self._warn_once(trainer, f, stage)
 
     def _warn_once(self, trainer: Any, f: Finding, stage: str) -> None:
+        # Once per (stage, kind, metric); once more when a later verdict names the holder that
+        # the first one could not (the census needs two epoch ends), since that is news.
         key = (stage, f.kind, f.metric)
-        if key in self._warned:
+        named = (stage, f.kind, f.metric + "#culprit")
+        if key in self._warned and (not f.culprit or named in self._warned):
             return
         self._warned.add(key)
+        if f.culprit:
+            self._warned.add(named)
         where = "" if stage == "train" else f" [{stage} loop]"
         rank = ""
         if getattr(trainer, "world_size", 1) > 1:
@@ -505,7 +521,7 @@ class MemWatchCallback(Callback):
             if train:
                 keys = mw.timeline.keys
                 epochs = [_summary_from_state(d, keys) for d in train.get("epochs", [])]
-                mw.timeline.restore_epochs(epochs)
+                _restore_epochs(mw, epochs)
                 # Step numbers continue where the checkpoint left off, so the analyzer sees one
                 # increasing axis across the restart.
                 mw.step_count = max(mw.step_count, int(train.get("step_count", 0)))
@@ -516,6 +532,28 @@ class MemWatchCallback(Callback):
 
 
 # ---------------------------------------------------------------------- helpers
+def _restore_epochs(mw: MemWatch, epochs: list[EpochSummary]) -> None:
+    """Give a resumed session the epochs it had before the restart: timeline and analyzer."""
+    public = getattr(mw, "restore_epochs", None)
+    if callable(public):  # the session's own API, when it has one
+        public(epochs)
+        return
+    assert mw.timeline is not None
+    mw.timeline.restore_epochs(epochs)
+    # The analyzer keeps its own per-metric history (fed by end_epoch): replay the restored
+    # epochs through it so cross-epoch verdicts span the restart. Their findings were reported
+    # (and saved in this callback's state) before the restart, so they are dropped here.
+    analyzer = getattr(mw, "_analyzer", None)
+    if analyzer is not None and "analyzer" not in mw.disabled:
+        for e in epochs:
+            try:
+                analyzer.on_epoch_end(e)
+            except Exception as exc:  # noqa: BLE001
+                log.warning("memwatch: analyzer could not replay restored epoch %d (%s: %s)",
+                            e.epoch, type(exc).__name__, exc)
+                break
+
+
 def _device_of(trainer: Any) -> str:
     """The memwatch device spec for the trainer's root device ('cpu' watches host only)."""
     try:

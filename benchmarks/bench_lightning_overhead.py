@@ -1,0 +1,207 @@
+"""Overhead of ``MemWatchCallback`` on a real ``Trainer.fit``, next to Lightning's own
+``DeviceStatsMonitor``.
+
+The same fit runs in three variants — no memory callback (baseline), ``MemWatchCallback()`` with
+its defaults, and ``DeviceStatsMonitor(cpu_stats=True)`` — interleaved (each repeat runs every
+variant once, in a rotated order) so that load from other processes hits all variants alike.
+Every variant logs to a ``CSVLogger`` at the trainer's default cadence, as a user's run would.
+
+Step time is the interval between consecutive ``on_train_batch_start`` calls (a timing callback
+present in every variant), so it includes everything Lightning does per step: data, forward,
+backward, optimizer, every callback and logging. The headline is the ratio of median step times
+to the baseline's in the same repeat (median over repeats); the mean ratio, which also carries
+epoch-end work (memwatch's verdicts), is reported next to it. Target: memwatch <= 1.01.
+
+    python benchmarks/bench_lightning_overhead.py            # full run, ~1-2 min on 2 cores
+    python benchmarks/bench_lightning_overhead.py --quick    # smoke run (the test suite's)
+
+Writes ``benchmarks/results/lightning_overhead.json`` (or ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUT = HERE / "results" / "lightning_overhead.json"
+VARIANTS = ("baseline", "memwatch", "devicestats")
+TARGET = 1.01
+
+
+def _build(width: int, n_in: int) -> Any:
+    import lightning.pytorch as L
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    class MLP(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(n_in, width), nn.ReLU(), nn.Linear(width, width),
+                                     nn.ReLU(), nn.Linear(width, 1))
+
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            x, y = batch
+            loss = F.mse_loss(self.net(x), y)
+            self.log("train_loss", loss)
+            return loss
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.SGD(self.parameters(), lr=1e-3)
+
+    return MLP
+
+
+class _StepTimer:
+    """Timestamps of every ``on_train_batch_start``: intervals are whole steps."""
+
+    def __init__(self) -> None:
+        import lightning.pytorch as L
+
+        class Timer(L.Callback):
+            def __init__(self) -> None:
+                self.stamps: list[float] = []
+
+            def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
+                                     batch_idx: int) -> None:
+                self.stamps.append(time.perf_counter())
+
+            def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+                self.stamps.append(time.perf_counter())
+
+        self.cb = Timer()
+
+
+def _fit(variant: str, steps: int, epochs: int, width: int, n_in: int, batch: int,
+         root: str) -> tuple[list[float], float]:
+    """One fit; returns the step intervals (seconds, warm-up dropped) and the wall time."""
+    import lightning.pytorch as L
+    import torch
+    from lightning.pytorch.callbacks import DeviceStatsMonitor
+    from lightning.pytorch.loggers import CSVLogger
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from memwatch.integrations.lightning import MemWatchCallback
+
+    torch.manual_seed(0)
+    per_epoch = max(steps // epochs, 1)
+    n = per_epoch * batch
+    data = DataLoader(TensorDataset(torch.randn(n, n_in), torch.randn(n, 1)), batch_size=batch)
+    timer = _StepTimer().cb
+    callbacks: list[Any] = [timer]
+    if variant == "memwatch":
+        callbacks.append(MemWatchCallback())
+    elif variant == "devicestats":
+        callbacks.append(DeviceStatsMonitor(cpu_stats=True))
+    trainer = L.Trainer(
+        accelerator="cpu", devices=1, max_epochs=epochs, callbacks=callbacks,
+        logger=CSVLogger(root, name=variant), default_root_dir=root,
+        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+        num_sanity_val_steps=0, limit_val_batches=0,
+    )
+    t0 = time.perf_counter()
+    trainer.fit(_build(width, n_in)(), data)
+    wall = time.perf_counter() - t0
+    s = timer.stamps
+    intervals = [b - a for a, b in zip(s, s[1:], strict=False)]
+    warm = min(5, len(intervals) // 4)  # first steps pay for lazy initialisation
+    return intervals[warm:], wall
+
+
+def run(repeats: int, steps: int, epochs: int, width: int, n_in: int, batch: int,
+        threads: int) -> dict[str, Any]:
+    import lightning
+    import torch
+
+    import memwatch
+
+    torch.set_num_threads(threads)
+    # Lightning sets its loggers to INFO when imported; its per-fit banners are noise here.
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    per_repeat: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
+    pooled: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    with tempfile.TemporaryDirectory(prefix="memwatch-bench-pl-") as root:
+        for r in range(repeats):
+            order = VARIANTS[r % 3:] + VARIANTS[:r % 3]  # rotate: no variant always goes first
+            for v in order:
+                iv, wall = _fit(v, steps, epochs, width, n_in, batch, os.path.join(root, str(r)))
+                pooled[v].extend(iv)
+                per_repeat[v].append({"median_s": statistics.median(iv),
+                                      "mean_s": statistics.fmean(iv), "wall_s": wall})
+            print(f"repeat {r + 1}/{repeats}: " + "  ".join(
+                f"{v} {per_repeat[v][-1]['median_s'] * 1e3:.3f} ms" for v in VARIANTS),
+                flush=True)
+
+    def ratios(field: str, v: str) -> list[float]:
+        return [a[field] / b[field] for a, b in zip(per_repeat[v], per_repeat["baseline"],
+                                                     strict=True)]
+
+    result: dict[str, Any] = {
+        "benchmark": "lightning_overhead",
+        "what": "median step time of Trainer.fit relative to no memory callback, interleaved",
+        "target_memwatch_ratio": TARGET,
+        "config": {"repeats": repeats, "steps_per_fit": steps, "epochs_per_fit": epochs,
+                   "model": f"MLP {n_in}-{width}-{width}-1", "batch": batch,
+                   "torch_threads": threads, "logger": "CSVLogger, log_every_n_steps=50"},
+        "step_ms": {v: {"median": statistics.median(pooled[v]) * 1e3,
+                        "mean": statistics.fmean(pooled[v]) * 1e3} for v in VARIANTS},
+        "ratio_median": {v: statistics.median(ratios("median_s", v)) for v in VARIANTS[1:]},
+        "ratio_mean": {v: statistics.median(ratios("mean_s", v)) for v in VARIANTS[1:]},
+        "ratio_median_per_repeat": {v: ratios("median_s", v) for v in VARIANTS[1:]},
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "lightning": lightning.__version__, "memwatch": memwatch.__version__},
+        "host": {"machine": platform.machine(), "cpus": os.cpu_count(),
+                 "load_avg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None},
+    }
+    result["memwatch_within_target"] = result["ratio_median"]["memwatch"] <= TARGET
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="a smoke run: few, short fits")
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=None, help="optimizer steps per fit")
+    ap.add_argument("--width", type=int, default=None, help="hidden width of the MLP")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch intra-op threads (1: steadier timings on a shared machine)")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    quick = args.quick
+    repeats = args.repeats or (2 if quick else 7)
+    steps = args.steps or (24 if quick else 200)
+    width = args.width or (64 if quick else 512)
+    out = args.out or DEFAULT_OUT
+    warnings.filterwarnings("ignore", module="lightning")  # CPU-run advice, not ours to measure
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    res = run(repeats, steps, 2, width, 256, 128, args.threads)
+    res["quick"] = quick
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(res, indent=2) + "\n")
+    os.replace(tmp, out)  # atomic: a reader never sees half a file
+    print(f"\nmedian step time: baseline {res['step_ms']['baseline']['median']:.3f} ms "
+          f"({res['config']['model']}, batch {res['config']['batch']}, "
+          f"{res['config']['torch_threads']} thread(s))")
+    for v in VARIANTS[1:]:
+        print(f"  {v:12} median ratio {res['ratio_median'][v]:.4f}   "
+              f"mean ratio (incl. epoch ends) {res['ratio_mean'][v]:.4f}")
+    print(f"memwatch target <= {TARGET}: "
+          f"{'met' if res['memwatch_within_target'] else 'NOT met'}; wrote {out}")
+    return res
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
