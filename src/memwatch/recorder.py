@@ -104,6 +104,13 @@ class RecorderConfig:
 
     Defaults: bundles on every OOM class; at most 20 bundles and 1 GiB in ``<out_dir>/oom``; one
     bundle trimmed to 256 MiB (largest optional files first); 2000 timeline rows; census top 20.
+
+    Example::
+
+        >>> from memwatch.recorder import RecorderConfig, parse_bundle_on
+        >>> cfg = RecorderConfig(bundle_on=parse_bundle_on(("host_oom", "other")), max_bundles=5)
+        >>> sorted(cfg.bundle_on), cfg.max_total_bytes // 2**30
+        (['host_oom', 'other'], 1)
     """
 
     enabled: bool = True

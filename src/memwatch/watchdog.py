@@ -155,7 +155,16 @@ def parse_watchdog(value: Any) -> WatchdogConfig | None:
 
 @dataclasses.dataclass
 class Alert:
-    """One watchdog event, with what the watchdog did about it."""
+    """One watchdog event, with what the watchdog did about it.
+
+    Example::
+
+        >>> from memwatch.watchdog import Alert
+        >>> a = Alert("warning", "device", "device.allocated", "device memory at 90%", step=7,
+        ...           value=900.0, limit=1000.0, utilization=0.9)
+        >>> a.to_dict()["utilization"]
+        0.9
+    """
 
     level: str  # "warning" | "critical" | "forecast"
     scope: str  # "device" | "host" | the finding's metric

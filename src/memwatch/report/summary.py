@@ -3,6 +3,18 @@
 Both ``memwatch inspect`` (terminal) and ``report.html`` render this summary, so they never
 disagree: what ran out, how full memory was, the largest live tensors and their holders, the
 findings and the last minutes of the timeline.
+
+Example::
+
+    >>> import memwatch
+    >>> from memwatch.bundle import open_bundle
+    >>> from memwatch.report.summary import summarize
+    >>> with memwatch.watch(device="cpu", workers=False, out_dir=tmp, signals=False) as mw:
+    ...     mw.step()
+    ...     path = mw.dump("a look")
+    >>> s = summarize(open_bundle(path))
+    >>> s.headline, len(s.samples)
+    ('Bundle written on manual.', 1)
 """
 
 from __future__ import annotations
