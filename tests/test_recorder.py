@@ -358,13 +358,24 @@ def test_planted_secrets_appear_nowhere_in_the_bundle(tmp_path: Path,
     gh = "ghp_PlantedGithubToken0123456789abcdefgh"
     url_pw = "urlplantedpw"
     monkeypatch.setattr(sys, "argv", ["train.py", f"--password={argv_secret}", "--lr", "0.1"])
-    dev = FakeDevice(total_bytes=32 * MIB)
+    aws = "AKIAPLANTEDKEY123456"
+
+    class TracedDevice(FakeDevice):
+        # An allocation history whose stack frames carry a secret (a path, a function name).
+        def snapshot(self) -> dict[str, object]:
+            snap = super().snapshot()
+            snap["device_traces"] = [[{"action": "alloc", "size": 512, "frames": [
+                {"filename": f"/jobs/{aws}/train.py", "name": "step", "line": 3}]}]]
+            return snap
+
+    dev = TracedDevice(total_bytes=32 * MIB)
     with pytest.raises(RuntimeError):
         with memwatch.watch(device=dev, workers=False, out_dir=tmp_path, signals=False,
                             bundle_on="all"):
             raise RuntimeError(f"push to https://me:{url_pw}@hub.example failed with {gh}")
     (b,) = complete_bundles(tmp_path)
-    planted = [*secrets.values(), argv_secret, gh, url_pw]
+    planted = [*secrets.values(), argv_secret, gh, url_pw, aws]
+    assert (b / "snapshot.pickle").is_file()
     files = list(b.iterdir())
     assert len(files) >= 8
     for f in files:
