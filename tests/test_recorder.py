@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,23 @@ def test_caught_oom_is_flushed_at_close(tmp_path: Path) -> None:
     (b,) = complete_bundles(tmp_path)
     m = open_bundle(b).manifest
     assert m["trigger"] == "oom_observer" and m["pre_unwind"] is True
+
+
+def test_caught_oom_is_flushed_at_a_later_step_boundary(tmp_path: Path) -> None:
+    dev = FakeDevice(total_bytes=32 * MIB)
+    with memwatch.watch(device=dev, workers=False, out_dir=tmp_path, signals=False,
+                        watchdog={"every_n_steps": 1}) as mw:
+        try:
+            dev.malloc(64 * MIB)
+        except Exception:
+            pass
+        mw.step()
+        assert complete_bundles(tmp_path) == []  # too fresh: its exception may still be on the way
+        time.sleep(1.1)
+        mw.step()
+        (b,) = complete_bundles(tmp_path)  # written while the run goes on, not only at close
+    assert open_bundle(b).manifest["trigger"] == "oom_observer"
+    assert len(complete_bundles(tmp_path)) == 1
 
 
 # ---------------------------------------------------------------- classification
