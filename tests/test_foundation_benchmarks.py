@@ -39,7 +39,7 @@ def test_bench_hotpath_quick(tmp_path: Path) -> None:
 
 def test_bench_own_memory_short(tmp_path: Path) -> None:
     out = tmp_path / "own.json"
-    proc = _run("bench_own_memory.py", "--steps", "4000", "--epoch-every", "500",
+    proc = _run("bench_own_memory.py", "--steps", "4000", "--epoch-every", "500", "--no-analyze",
                 "--json", str(out))
     data = json.loads(out.read_text())
     assert [m["at"] for m in data["marks"]] == ["50%", "75%", "100%"]
