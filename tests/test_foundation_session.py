@@ -209,3 +209,36 @@ def test_a_read_returning_the_wrong_width_is_a_failure_too(
         assert mw.step_count == 2
         assert math.isnan(mw.latest()["device.reserved"])
     assert len(_memwatch_warnings(caplog)) == 1
+
+
+class _OverlapDetector(FakeDevice):
+    """Notices two slow reads at once (the background pass and an epoch end's refresh)."""
+
+    def __init__(self) -> None:
+        super().__init__(total_bytes=2**30)
+        self.inside = 0
+        self.overlaps = 0
+        self.calls = 0
+
+    def read_slow(self) -> dict[str, float]:
+        self.inside += 1
+        self.calls += 1
+        try:
+            if self.inside > 1:
+                self.overlaps += 1
+            time.sleep(0.003)  # a slow read: smaps_rollup of big workers, NVML
+            return super().read_slow()
+        finally:
+            self.inside -= 1
+
+
+def test_epoch_end_refresh_never_overlaps_a_background_pass(tmp_path: Path) -> None:
+    # Probes keep per-pass state (the workers probe renumbers workers), so two passes at once
+    # could corrupt it and get a healthy probe disabled.
+    dev = _OverlapDetector()
+    with memwatch.watch(device=dev, workers=False, interval_s=0.001, out_dir=tmp_path) as mw:
+        for _ in range(40):
+            mw.step()
+            mw.end_epoch()
+    assert dev.calls > 40
+    assert dev.overlaps == 0

@@ -1,8 +1,11 @@
 """The background sampler: slow reads (USS/PSS, workers, mem_get_info, NVML) off the hot path.
 
 The thread publishes one list of values per pass by plain attribute assignment (atomic under the
-GIL), so the training thread never takes a lock to read them. No lock is held across I/O, which
-also keeps ``fork()`` safe: a DataLoader worker forked mid-read inherits no held lock.
+GIL), so the training thread never takes a lock to read them: ``step()`` takes no lock at all.
+The one lock, held across a pass's reads, keeps two passes from running at once (the background
+thread's and the refresh ``end_epoch()`` asks for), because probes keep state between passes. A
+DataLoader worker forked mid-pass may inherit it held, which is harmless: a forked child's
+session is inert and never polls.
 """
 
 from __future__ import annotations
@@ -28,8 +31,14 @@ class SlowReader:
         self.disabled: set[str] = set()
         self.values: list[float] = [math.nan] * len(self.keys)
         self.passes = 0
+        self._lock = threading.Lock()
 
     def poll(self) -> list[float]:
+        """One pass over every probe's slow reads; publishes and returns the new values."""
+        with self._lock:
+            return self._poll_locked()
+
+    def _poll_locked(self) -> list[float]:
         new = list(self.values)
         for p in self.probes:
             if p.name in self.disabled:
