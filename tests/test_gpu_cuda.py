@@ -67,6 +67,7 @@ def test_counters_equal_torch_memory_stats(probe: CudaProbe) -> None:
 
 
 def test_window_peak_without_resetting_the_allocator(probe: CudaProbe) -> None:
+    torch.cuda.reset_peak_memory_stats(0)  # the test's own doing: forget earlier tests' peaks
     base = _fast(probe)["device.allocated"]
     spike = torch.empty(64 * MiB, dtype=torch.uint8, device="cuda:0")
     del spike
