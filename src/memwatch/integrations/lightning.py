@@ -86,8 +86,11 @@ class MemWatchCallback(Callback):
             evaluation shows in its own series and findings, never mixed with training's).
         warn: emit a :class:`MemWatchWarning` once per new finding of severity ``warning`` or
             ``critical`` (once per stage, kind and metric); ``info`` findings are only logged.
-        graceful_stop: when memwatch's watchdog says to stop (an OOM is forecast within its
-            horizon), save a checkpoint and set ``trainer.should_stop``. Off by default.
+        graceful_stop: when memwatch's watchdog says to stop (``mw.should_stop``: an OOM is
+            forecast within its horizon, or usage is critical), save a checkpoint and set
+            ``trainer.should_stop``. Off by default. Unless you pass your own ``watchdog=...``
+            option (then include its ``"stop"`` action yourself), it also adds ``"stop"`` to
+            the watchdog's ``on_forecast`` and ``on_critical`` actions.
         stop_checkpoint: where that checkpoint goes; default
             ``<out_dir>/memwatch-stop-step<N>.ckpt``.
         **memwatch_options: passed to :class:`memwatch.MemWatch` (``device``, ``out_dir``,
@@ -145,6 +148,11 @@ class MemWatchCallback(Callback):
                 f"log_every_n_steps={log_every_n_steps!r} must be an int >= 1, or None to use "
                 "the trainer's log_every_n_steps."
             )
+        if graceful_stop and memwatch is None and "watchdog" not in memwatch_options:
+            # The watchdog decides when to stop (OOM forecast within its horizon, or critical
+            # usage); this callback turns its decision into a checkpoint and a clean stop.
+            memwatch_options["watchdog"] = {"on_critical": ("alert", "bundle", "stop"),
+                                            "on_forecast": ("alert", "stop")}
         # Validate MemWatch options now (a typo should fail at construction, not mid-setup).
         probe_opts = dict(memwatch_options)
         probe_opts.setdefault("device", "cpu")
@@ -482,7 +490,7 @@ class MemWatchCallback(Callback):
             except Exception as e:  # noqa: BLE001
                 log.warning("memwatch: could not log the bundle path to %s (%s: %s)",
                             type(logger).__name__, type(e).__name__, e)
-        log.warning("memwatch: the run failed; flight-recorder bundle at %s", path)
+        # The recorder itself logs where the bundle went; no second line here.
 
     def _close_all(self) -> None:
         for mw in [self.memwatch, *self.eval_memwatch.values()]:
