@@ -39,6 +39,7 @@ EXPECTED = {
 }
 
 
+@pytest.mark.slow  # one interpreter (torch import, DataLoader workers) per example
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
 def test_example_runs(script: Path, tmp_path: Path) -> None:
     pytest.importorskip("torch")
