@@ -284,7 +284,8 @@ class MemWatchCallback(Callback):
             self._apply_pending_state()
         # The validation timeline starts now rather than at the first validation: its buffers
         # are then part of the first training epoch's floor instead of a step between epochs.
-        self._eval_start(trainer, "val")
+        if getattr(trainer, "limit_val_batches", 1) != 0:
+            self._eval_start(trainer, "val")
 
     def _default_out_dir(self, trainer: Any) -> str:
         given = self._options.get("out_dir")
