@@ -88,6 +88,10 @@ class Analyzer:
         self._censuses: list[_CensusRecord] = []
         self._census_cost_ms: float | None = None
         self.last_census_ms: float | None = None
+        # Worker memory warms up for longer (lazy page faults of shared libraries, copy-on-write,
+        # prefetch buffers) and its level is small: ask for 1% of the level per epoch.
+        self._worker_shape = dataclasses.replace(
+            self.config.shape, min_growth_rel=max(self.config.shape.min_growth_rel, 0.01))
 
     # ------------------------------------------------------------------ entry point
     def on_epoch_end(self, summary: EpochSummary) -> list[Finding]:
@@ -97,7 +101,8 @@ class Analyzer:
             if not _judged(metric):
                 continue
             hist = self.history.setdefault(metric, [])
-            st = epoch_stats(summary, metric, cfg.shape, first_epoch=not hist)
+            shape_cfg = self._worker_shape if metric.startswith("workers.") else cfg.shape
+            st = epoch_stats(summary, metric, shape_cfg, first_epoch=not hist)
             if st is None:
                 continue
             hist.append(st)
@@ -225,7 +230,8 @@ class Analyzer:
             rss_gain < 0.25 * uss_gain
         if cow:
             return self._once(metric, "plateau", explain.worker_cow(metric, cur, rss, int(count)))
-        verdict = self._verdict(hist)
+        # Three epochs of evidence for workers: their warm-up often spans the first two.
+        verdict = self._verdict(hist) if len(hist) >= 3 else "pending"
         if verdict == "leak":
             limit = self._limit("host.rss")
             slope = cur.slope if cur.shape == "growing" else \

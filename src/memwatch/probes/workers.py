@@ -91,6 +91,12 @@ class WorkersProbe:
             tot_pss += r.pss
             max_uss = max(max_uss, r.uss)
             self.history.append(WorkerSample(now, p, self._index[p], r.rss, r.uss, r.pss))
+        if count == 0:
+            # No worker alive: the sums have no value (0 would read as "workers hold nothing"
+            # and drag every floor to zero). Only the count is a reading.
+            nan = float("nan")
+            return {"workers.count": 0.0, "workers.rss": nan, "workers.uss": nan,
+                    "workers.pss": nan, "workers.max_uss": nan}
         return {
             "workers.count": float(count),
             "workers.rss": tot_rss,
