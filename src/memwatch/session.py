@@ -32,6 +32,9 @@ from memwatch.watchdog import Watchdog, parse_watchdog
 
 log = logging.getLogger("memwatch")
 
+#: ``MemWatch.findings`` keeps at most this many (the most recent).
+MAX_FINDINGS = 1000
+
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|mps)(?::(\d+))?$")
 DEVICE_CHOICES = "None/'auto', 'cpu', 'cuda', 'cuda:N', 'mps', or a probe such as FakeDevice"
 
@@ -416,6 +419,10 @@ class MemWatch:
             except Exception as e:  # noqa: BLE001
                 self._disable("analyzer", e)
         self.findings.extend(new)
+        if len(self.findings) > MAX_FINDINGS:
+            # Bounded whatever the run length: the oldest findings go first (every one was also
+            # returned by its end_epoch() and handed to the sinks when it was new).
+            del self.findings[: len(self.findings) - MAX_FINDINGS]
         if self.watchdog is not None and new and "watchdog" not in self.disabled:
             try:
                 self.watchdog.on_findings(new)
