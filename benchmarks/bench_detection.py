@@ -73,7 +73,7 @@ def _jsonable(x: Any) -> Any:
     return repr(x)
 
 
-def run_child(name: str, epochs: int, steps: int, out_path: str) -> None:
+def run_child(name: str, epochs: int, steps: int, out_path: str, analyze: bool = True) -> None:
     """Run one scenario under memwatch in this process and write its raw results as JSON."""
     import memwatch
     from memwatch.testing import FakeDevice
@@ -84,7 +84,7 @@ def run_child(name: str, epochs: int, steps: int, out_path: str) -> None:
     with tempfile.TemporaryDirectory(prefix="memwatch-bench-") as tmp:
         t0 = time.perf_counter()
         with memwatch.watch(device=device, workers=sc.workers, interval_s=0.05,
-                            out_dir=tmp) as mw:
+                            out_dir=tmp, analyze=analyze) as mw:
             # Time every end_epoch() (the analyzer's cost, census included): an instance
             # attribute shadows the method for this session only.
             end_epoch_s: list[float] = []
@@ -140,13 +140,16 @@ def plan(sc: Scenario, quick: bool) -> tuple[int, int]:
     return (sc.quick_epochs, sc.quick_steps) if quick else (sc.epochs, sc.steps_per_epoch)
 
 
-def run_one(sc: Scenario, quick: bool, timeout_s: float = CHILD_TIMEOUT_S) -> dict[str, Any]:
+def run_one(sc: Scenario, quick: bool, timeout_s: float = CHILD_TIMEOUT_S,
+            analyze: bool = True) -> dict[str, Any]:
     """Run one scenario in a fresh interpreter; returns its raw results (or an ``error``)."""
     epochs, steps = plan(sc, quick)
     with tempfile.TemporaryDirectory(prefix="memwatch-bench-") as tmp:
         out = os.path.join(tmp, "result.json")
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", sc.name,
                "--epochs", str(epochs), "--steps", str(steps), "--child-out", out]
+        if not analyze:
+            cmd.append("--no-analyze")
         # One intra-op thread per child: two children share the 2 cores of a CI runner.
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         t0 = time.perf_counter()
@@ -168,15 +171,19 @@ def run_one(sc: Scenario, quick: bool, timeout_s: float = CHILD_TIMEOUT_S) -> di
 
 
 def run_corpus(names: Iterable[str] | None = None, quick: bool = False, jobs: int = 2,
-               progress: bool = False) -> dict[str, dict[str, Any]]:
-    """Run the scenarios (all by default), ``jobs`` at a time; raw results by name."""
+               progress: bool = False, analyze: bool = True) -> dict[str, dict[str, Any]]:
+    """Run the scenarios (all by default), ``jobs`` at a time; raw results by name.
+
+    ``analyze=False`` records the raw series only (``memwatch.watch(analyze=False)``): no
+    verdicts, and no census perturbing the heap at epoch ends.
+    """
     todo = [scenarios.load(n).SCENARIO for n in (names or scenarios.NAMES)]
     # Longest first (real loops with workers, then real loops, then scripted series), so the
     # two lanes finish together.
     todo.sort(key=lambda s: (s.device_total is not None, not s.workers))
     out: dict[str, dict[str, Any]] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futs = {pool.submit(run_one, sc, quick): sc for sc in todo}
+        futs = {pool.submit(run_one, sc, quick, CHILD_TIMEOUT_S, analyze): sc for sc in todo}
         for fut in concurrent.futures.as_completed(futs):
             res = fut.result()
             out[res["name"]] = res
@@ -260,7 +267,9 @@ def score_scenario(sc: Scenario, raw: dict[str, Any]) -> dict[str, Any]:
                              "metrics": sorted({m for ms in per_epoch for m in ms})}
         if sc.is_leak:
             assert deadline is not None and sc.leak_start_epoch is not None
-            first = hit_epochs[0] if hit_epochs else None
+            # A verdict before the leak starts is a guess: flagged as early, and not a detection.
+            in_window = [e for e in hit_epochs if e >= sc.leak_start_epoch]
+            first = in_window[0] if in_window else None
             d["first_epoch"] = first
             d["detected"] = first is not None and first <= deadline
             d["epochs_to_detect"] = None if first is None else first - sc.leak_start_epoch + 1
@@ -316,6 +325,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "detected": len(detected),
             "detection_rate": len(detected) / len(leaks) if leaks else None,
             "missed": [r["name"] for r in leaks if not r[det]["detected"]],
+            "early": [r["name"] for r in leaks if r[det]["early"]],
             "false_alarms": len(false),
             "false_alarm_scenarios": false,
             "mean_epochs_to_detect": sum(etd) / len(etd) if etd else None,
@@ -350,8 +360,9 @@ def _cell(r: dict[str, Any], det: str) -> str:
     d = r[det]
     if r["is_leak"]:
         if d["first_epoch"] is None:
-            return "MISS"
-        return f"e{d['first_epoch']}" + ("" if d["detected"] else " late")
+            return "early" if d["early"] else "MISS"
+        return (f"e{d['first_epoch']}" + ("" if d["detected"] else " late")
+                + ("!" if d["early"] else ""))
     return "FALSE" if d["false_alarm"] else "quiet"
 
 
@@ -371,6 +382,9 @@ def print_table(rows: list[dict[str, Any]], summary: dict[str, Any], total_s: fl
         fce = "-" if not fc else ("n/a" if fc.get("error") is None else _pct(fc["error"]))
         print(f"{r['name']:<28} {truth:<9} {_cell(r, 'memwatch'):<9} {cul:<8} {fce:<7} "
               f"{_cell(r, 'ratio_1.5x'):<9} {_cell(r, 'stormlog'):<9} {r['wall_s']:6.1f}")
+    print("eN: first leak verdict at the end of epoch N (0-based); late: after the deadline "
+          "(start + 1); !: also a verdict before the leak started; FALSE: leak verdict on a "
+          "control")
     print()
     print(f"{'':<34} {'memwatch':>10} {'ratio 1.5x':>11} {'stormlog':>10}")
 
@@ -427,6 +441,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("-j", "--jobs", type=int, default=2, help="scenarios run at once (default 2)")
     ap.add_argument("--out", default=str(RESULTS), help="where the JSON results go")
     ap.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    ap.add_argument("--no-analyze", action="store_true",
+                    help="record the raw series only (memwatch.watch(analyze=False))")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--epochs", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, help=argparse.SUPPRESS)
@@ -434,7 +450,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     if args.child:
-        run_child(args.child, args.epochs, args.steps, args.child_out)
+        run_child(args.child, args.epochs, args.steps, args.child_out,
+                  analyze=not args.no_analyze)
         return 0
     if args.list:
         for sc in scenarios.all_scenarios():
@@ -446,7 +463,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ap.error(f"unknown scenario {n!r}; see --list")
 
     t0 = time.perf_counter()
-    raw = run_corpus(args.only, quick=args.quick, jobs=args.jobs, progress=True)
+    raw = run_corpus(args.only, quick=args.quick, jobs=args.jobs, progress=True,
+                     analyze=not args.no_analyze)
     total = time.perf_counter() - t0
     rows, summary = score(raw)
     print_table(rows, summary, total)

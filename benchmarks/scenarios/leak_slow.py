@@ -2,7 +2,7 @@
 
 A logger buffers the logits of the last 4 steps (bounded) and, every 4th step, appends them
 (``torch.cat``: 4 x 64 x 16 float32 = 16 KiB) to ``pred_log``, which nothing ever clears: 4 KiB
-per step on average, about 0.8 MiB per 200-step epoch. The kind of leak that takes days to kill a
+per step on average, about 2 MiB per 500-step epoch. The kind of leak that takes days to kill a
 job. (Appending a 4 KiB tensor every step would show as ~20-60 KiB per step in RSS: small
 64-byte-aligned blocks kept between each step's freed temporaries fragment glibc's heap.)
 """
@@ -25,6 +25,13 @@ SCENARIO = Scenario(
     expected_culprit="pred_log",
     description="slow leak: 16 KiB of logged logits every 4 steps kept in a global list",
     planted_bytes_per_step=4096,
+    # Slow leaks matter in long epochs: 0.6 MiB per 150-step epoch disappears into the heap's
+    # free holes (and under the census's own churn), so this one runs 500-step epochs, in --quick
+    # too (the loop is cheap): 2 MiB per epoch.
+    epochs=3,
+    steps_per_epoch=500,
+    quick_epochs=3,
+    quick_steps=500,
 )
 
 LOG_EVERY = 4
