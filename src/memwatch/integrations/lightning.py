@@ -68,6 +68,7 @@ log = logging.getLogger("memwatch")
 
 _STATE_VERSION = 1
 _WARN_SEVERITIES = ("warning", "critical")
+_MAX_FINDINGS = 1000
 
 
 class MemWatchWarning(UserWarning):
@@ -98,8 +99,8 @@ class MemWatchCallback(Callback):
             ``out_dir`` to ``<trainer.default_root_dir>/memwatch``.
 
     Attributes:
-        findings: every finding so far, training and evaluation; evaluation findings carry
-            ``evidence["stage"]`` (``"val"`` or ``"test"``).
+        findings: every finding so far (the latest 1,000), training and evaluation; evaluation
+            findings carry ``evidence["stage"]`` (``"val"`` or ``"test"``).
         memwatch: the training :class:`memwatch.MemWatch` (``None`` before ``setup``).
         eval_memwatch: ``{"val": MemWatch, "test": MemWatch}`` for the loops that ran.
         bundle_path: the flight-recorder bundle written when the run died, if any.
@@ -408,6 +409,7 @@ class MemWatchCallback(Callback):
             for f in new:
                 f.evidence.setdefault("stage", stage)
         self.findings.extend(new)
+        del self.findings[:-_MAX_FINDINGS]  # bounded, like the session's own list
         self._log_metrics(trainer, findings_metrics(new, stage=stage), step)
         if new:
             self._log_findings_text(trainer, new, stage, step)
