@@ -382,6 +382,14 @@ class _Walker:
                 cur = self._exception_for(tbs[0]) or tbs[0]
                 visited.add(id(cur))
                 continue
+            if kind in ("attr", "attr_dict") and _is_root_module(parent) and \
+                    not self._inside_module(parent):
+                # The outermost nn.Module: its class name reads better than the route by which
+                # some trainer happens to reach it.
+                segments.append(label)
+                segments.append(type(parent).__name__)
+                return self._holder(segments, "attribute", container, container_len, via_tb,
+                                    via_hook, hook_count)
             hook_attr = label[1:].split("[", 1)[0] if label.startswith(".") else ""
             if hook_attr in _HOOK_DICTS:
                 via_hook = True
@@ -405,6 +413,18 @@ class _Walker:
                     return f" → local `{key}` of running {f.f_code.co_name}() ({where})"
                 f = f.f_back
         return None
+
+    def _inside_module(self, mod: Any) -> bool:
+        """Is ``mod`` a child of another module (a value of some module's ``_modules``)?"""
+        for r in self._referrers(mod):
+            if not isinstance(r, dict):
+                continue
+            for rr in self._referrers(r):
+                # the parent module itself (managed dict), or its materialised __dict__
+                d = rr if isinstance(rr, dict) else _safe_dict(rr)
+                if isinstance(d, dict) and d.get("_modules") is r:
+                    return True
+        return False
 
     def _live_frame_local(self, obj: Any) -> str | None:
         """A local variable of a function still running on some thread's stack.
@@ -530,7 +550,7 @@ class _Walker:
                 return None
             return ("function", f" ← {r.__qualname__}", r)
         if isinstance(r, types.MethodType):
-            return ("owner", f" → bound method {r.__func__.__qualname__}", r)
+            return ("method", f" → bound method {r.__func__.__qualname__}", r)
         # An instance whose (managed) attribute values include cur.
         d = _safe_dict(r)
         if isinstance(d, dict):
@@ -596,8 +616,14 @@ _PRIORITY = {
     "tuple": 5,
     "set": 5,
     "function": 6,
+    "method": 8,
     "cell": 7,
 }
+
+
+def _is_root_module(obj: Any) -> bool:
+    torch = _torch()
+    return torch is not None and isinstance(obj, torch.nn.Module)
 
 
 def _safe_dict(obj: Any) -> Any:

@@ -274,7 +274,8 @@ def allocator_retention(metric: str, cur: EpochStats, slope: float, a: dict[str,
         "no code fix addresses; less often native code (an extension) leaking outside Python."
     )
     return Finding(
-        kind="allocator_retention", metric=metric, severity="warning", message=msg,
+        # Not a leak in the user's code: informational, like every non-leak finding.
+        kind="allocator_retention", metric=metric, severity="info", message=msg,
         bytes_per_step=slope,
         suggestions=[
             "Limit glibc arenas: `MALLOC_ARENA_MAX=2` in the environment.",
