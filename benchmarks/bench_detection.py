@@ -248,6 +248,8 @@ def score_scenario(sc: Scenario, raw: dict[str, Any]) -> dict[str, Any]:
         return row
     row["disabled"] = raw.get("disabled", {})
     row["analyzer"] = raw.get("analyzer")
+    row["end_epoch_s"] = raw.get("end_epoch_s", [])
+    row["train_s"] = sum(m["seconds"] for m in raw["epoch_meta"])
     row["kinds_seen"] = sorted({f"{f['kind']}:{f['metric']}"
                                 for fs in raw["findings"] for f in fs})
     prefix = sc.expected_metric + "."
@@ -317,6 +319,10 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"scenarios": len(rows), "errors": [r["name"] for r in rows
                                                               if "error" in r],
                            "leaks": len(leaks), "controls": len(ctrls)}
+    # What end_epoch() costs (the analyzer, census included), per call.
+    ee = [t for r in ok for t in r.get("end_epoch_s", [])]
+    out["end_epoch_s_mean"] = sum(ee) / len(ee) if ee else None
+    out["end_epoch_s_max"] = max(ee) if ee else None
     for det in DETECTORS:
         detected = [r for r in leaks if r[det]["detected"]]
         etd = [r[det]["epochs_to_detect"] for r in leaks if r[det]["epochs_to_detect"] is not None]
@@ -404,6 +410,9 @@ def print_table(rows: list[dict[str, Any]], summary: dict[str, Any], total_s: fl
     fmean = "-" if m["forecast_error_mean"] is None else _pct(m["forecast_error_mean"])
     print(f"{'forecast error (mean / max)':<34} {fmean} / {fmax}; within 25%: "
           f"{m['forecasts_within_25pct']}/{m['forecasts']}")
+    if summary["end_epoch_s_mean"] is not None:
+        print(f"{'end_epoch() time (mean / max)':<34} {summary['end_epoch_s_mean']:.2f} s / "
+              f"{summary['end_epoch_s_max']:.2f} s")
     if summary["errors"]:
         print(f"scenarios that failed to run: {', '.join(summary['errors'])}")
     print(f"total wall time: {total_s:.1f} s")
