@@ -109,8 +109,11 @@ class Analyzer:
             del hist[:-16]  # bounded: verdicts look back a few epochs only
             stats[metric] = st
 
-        suspects = {m for m, st in stats.items() if st.shape in ("growing", "step")
-                    and not m.startswith("workers.")}
+        # Suspected growth (a census is then worth its cost): a trend or a jump inside the epoch,
+        # or a floor above the previous epoch's. The census at the epoch *before* a verdict is
+        # what lets the verdict tell user code from native growth.
+        suspects = {m for m, st in stats.items() if not m.startswith("workers.") and (
+            st.shape in ("growing", "step") or self._floor_rose(m))}
         census_diff = self._maybe_census(summary, bool(suspects))
 
         findings: list[Finding] = []
@@ -401,6 +404,10 @@ class Analyzer:
         return out
 
     # ------------------------------------------------------------------ helpers
+    def _floor_rose(self, metric: str) -> bool:
+        h = self.history.get(metric, [])
+        return len(h) >= 2 and h[-1].floor - h[-2].floor > h[-1].threshold
+
     def _once(self, metric: str, kind: str, f: Finding) -> list[Finding]:
         key = (metric, kind)
         if key in self._reported:
