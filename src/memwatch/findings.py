@@ -17,9 +17,9 @@ KINDS: tuple[str, ...] = (
     "fragmentation",
     "allocator_retention",
     "near_oom",
-    "worker_growth",
-    "worker_cow",
 )
+# Worker findings use these kinds too: per-worker growth is a ``leak`` and copy-on-write a
+# ``plateau``; ``evidence["pattern"]`` says which ("per_worker_growth", "copy_on_write").
 
 
 @dataclasses.dataclass
