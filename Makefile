@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: venv
-	WANDB_MODE=offline HF_HUB_OFFLINE=1 $(PY) examples/demo.py
+	WANDB_MODE=offline HF_HUB_OFFLINE=1 $(PY) examples/lightning_demo.py
 
 test: venv
 	WANDB_MODE=offline HF_HUB_OFFLINE=1 WANDB_SILENT=true $(PY) -m pytest -q
