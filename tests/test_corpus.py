@@ -35,9 +35,11 @@ CONTROLS = [s for s in ALL if not s.is_leak]
 #: The metric whose raw series each kind of scenario is checked on.
 SANITY_KEY = {"host": "host.rss", "workers": "workers.uss", "device": "device.allocated"}
 #: How much a control may still move between the ends of its last two epochs (its last quarter).
-#: Host: glibc's heap can creep by a MiB or so for a few hundred steps when kept blocks sit
-#: between freed temporaries (measured on ctrl_bounded_deque), then levels off.
-CONTROL_TOLERANCE = {"host.rss": 2.0 * MiB, "workers.uss": 2.0 * MiB,
+#: Host: where glibc places each epoch's allocations moves a control's RSS by up to ~3 MiB from
+#: one epoch to the next, either way (measured on ctrl_epoch_accumulation and
+#: ctrl_late_optimizer_state, 3 runs each), so this check is coarse: it would not see a leak
+#: under ~30 KiB per step. The leak checks above cover the fine side.
+CONTROL_TOLERANCE = {"host.rss": 5.0 * MiB, "workers.uss": 4.0 * MiB,
                      "device.allocated": 48.0 * MiB}
 
 
