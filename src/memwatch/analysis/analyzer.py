@@ -113,7 +113,7 @@ class Analyzer:
         # or a floor above the previous epoch's. The census at the epoch *before* a verdict is
         # what lets the verdict tell user code from native growth.
         suspects = {m for m, st in stats.items() if not m.startswith("workers.") and (
-            st.shape in ("growing", "step") or self._floor_rose(m))}
+            st.shape in ("growing", "step") or st.rise > st.threshold or self._floor_rose(m))}
         census_diff = self._maybe_census(summary, bool(suspects))
 
         findings: list[Finding] = []
@@ -135,6 +135,12 @@ class Analyzer:
         if metric.startswith("workers.") and summary.keys.count("workers.count"):
             return self._judge_workers(metric, summary, hist)
         verdict = self._verdict(hist)
+        if verdict == "leak" and metric.startswith("host.") and census_diff is None and \
+                getattr(self.session, "census_mode", "auto") != "never":
+            # Host growth without a census at two epoch ends cannot be told apart from native
+            # start-up growth or allocator retention: this epoch's census was just taken, so the
+            # verdict (with its culprit) comes at the next epoch end.
+            return []
         if verdict == "leak":
             return [self._leak_finding(metric, summary, hist, census_diff)]
         if verdict == "accumulation":
