@@ -10,7 +10,7 @@ Example::
 """
 
 from memwatch._version import __version__
-from memwatch.errors import BundleError, ConfigError, MemwatchError
+from memwatch.errors import BundleError, ConfigError, MemwatchError, MemWatchWarning
 from memwatch.findings import Finding
 from memwatch.session import MemWatch, watch
 
@@ -19,6 +19,7 @@ __all__ = [
     "ConfigError",
     "Finding",
     "MemWatch",
+    "MemWatchWarning",
     "MemwatchError",
     "__version__",
     "watch",

@@ -29,3 +29,9 @@ class FakeOutOfMemoryError(MemwatchError, RuntimeError):
     With torch present the fake raises ``torch.OutOfMemoryError`` instead, exactly like the real
     caching allocator.
     """
+
+
+class MemWatchWarning(UserWarning):
+    """Emitted by the framework integrations once per new finding (a leak, fragmentation, an OOM
+    forecast...). Filter it like any warning: ``warnings.simplefilter("ignore", MemWatchWarning)``.
+    """

@@ -49,7 +49,7 @@ except ImportError:  # pragma: no cover - depends on what is installed
 
 import numpy as np
 
-from memwatch.errors import ConfigError
+from memwatch.errors import ConfigError, MemWatchWarning
 from memwatch.findings import Finding
 from memwatch.integrations._logkeys import (
     FINDING_COLUMNS,
@@ -69,10 +69,6 @@ log = logging.getLogger("memwatch")
 _STATE_VERSION = 1
 _WARN_SEVERITIES = ("warning", "critical")
 _MAX_FINDINGS = 1000
-
-
-class MemWatchWarning(UserWarning):
-    """Emitted once per new memwatch finding (a leak, fragmentation, an OOM forecast...)."""
 
 
 class MemWatchCallback(Callback):
