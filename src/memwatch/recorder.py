@@ -499,6 +499,9 @@ class FlightRecorder:
             except OSError as e:
                 log.warning("memwatch: bundle retention failed (%s)", e)
             log.warning("memwatch: %s bundle written to %s", trigger, path)
+            hook = getattr(s, "_bundle_written", None)
+            if hook is not None:  # the session's sinks (W&B artifact...); they never raise
+                hook(path, manifest)
             return path
         except Exception as e:  # noqa: BLE001
             log.warning("memwatch: bundle not written (%s: %s)", type(e).__name__, e)

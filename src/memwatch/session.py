@@ -27,6 +27,7 @@ from memwatch.findings import Finding
 from memwatch.probes.base import DeviceProbe, Probe
 from memwatch.recorder import FlightRecorder, RecorderConfig, parse_bundle_on
 from memwatch.sampler import BackgroundSampler, SlowReader
+from memwatch.sinks.base import SinkSet, validate_sinks  # protocol only: no upward imports
 from memwatch.timeline import EpochSummary, Timeline
 from memwatch.watchdog import Watchdog, parse_watchdog
 
@@ -108,6 +109,10 @@ class MemWatch:
         signals: SIGTERM/SIGUSR1 write a bundle, then go to the previous handler.
         watchdog: ``True`` (defaults), ``False``, a dict or a
             :class:`memwatch.watchdog.WatchdogConfig` (thresholds and actions).
+        sinks: objects following :class:`memwatch.sinks.Sink` (W&B, Prometheus, JSONL...): they
+            get the latest sample every ``log_every_n_steps`` steps, the findings at every epoch
+            end and every bundle written; one that fails is disabled after one warning.
+        log_every_n_steps: how often the sinks get a sample (optimizer steps).
 
     Example::
 
@@ -144,6 +149,8 @@ class MemWatch:
         record_history: bool = False,
         signals: bool = True,
         watchdog: Any = True,
+        sinks: Sequence[Any] | None = None,
+        log_every_n_steps: int = 50,
     ) -> None:
         self._device_spec = _validate_device(device)
         self.host = bool(host)
@@ -185,6 +192,15 @@ class MemWatch:
         self._tick_due = sys.maxsize
         self._tick_every = (self._watchdog_config.every_n_steps
                             if self._watchdog_config is not None else 50)
+        if not isinstance(log_every_n_steps, int) or isinstance(log_every_n_steps, bool) or \
+                log_every_n_steps < 1:
+            raise ConfigError(f"log_every_n_steps={log_every_n_steps!r} must be an int >= 1 "
+                              "(how often the sinks get a sample), e.g. 50.")
+        self.log_every_n_steps = log_every_n_steps
+        self._sinks = SinkSet(validate_sinks(sinks))
+        # _tick_due is the earlier of these two: step() still compares a single int.
+        self._watch_due = sys.maxsize
+        self._sink_due = sys.maxsize
 
         self.device: DeviceProbe | None = None
         self.probes: list[Probe] = []
@@ -288,11 +304,33 @@ class MemWatch:
         if self._watchdog_config is not None:
             self.watchdog = Watchdog(self, self._watchdog_config)
         if self.recorder is not None or self.watchdog is not None:
-            self._tick_due = self.step_count + self._tick_every
+            self._watch_due = self.step_count + self._tick_every
+        self._schedule_sinks()
+
+    def _schedule_sinks(self) -> None:
+        if self._sinks:
+            # Multiples of N, so the logged steps stay aligned across a resume.
+            n = self.log_every_n_steps
+            self._sink_due = (self.step_count // n + 1) * n
+        self._tick_due = min(self._watch_due, self._sink_due)
+
+    def add_sink(self, sink: Any) -> None:
+        """Add a :class:`memwatch.sinks.Sink` (integrations call this once they found a logger)."""
+        self._sinks.add(sink)
+        if self._running:
+            self._schedule_sinks()
 
     def _tick(self) -> None:
-        """Every N steps, on the training thread: watchdog thresholds, unclaimed OOM captures."""
-        self._tick_due = self.step_count + self._tick_every
+        """Every N steps, on the training thread: sinks, watchdog, unclaimed OOM captures."""
+        n = self.step_count
+        if n >= self._sink_due:
+            self._sink_due = n + self.log_every_n_steps
+            self._sinks.metrics(n, self.latest())
+        self._tick_due = min(self._watch_due, self._sink_due)
+        if n < self._watch_due:
+            return
+        self._watch_due = n + self._tick_every
+        self._tick_due = min(self._watch_due, self._sink_due)
         try:
             if self.recorder is not None:
                 self.recorder.on_step_boundary()
@@ -321,6 +359,8 @@ class MemWatch:
         if os.getpid() != self._pid:
             return  # a forked child owns none of this
         self._tick_due = sys.maxsize
+        if self._sinks:
+            self._close_sinks()
         if self.recorder is not None:
             try:
                 self.recorder.close()
@@ -428,7 +468,28 @@ class MemWatch:
                 self.watchdog.on_findings(new)
             except Exception as e:  # noqa: BLE001
                 self._disable("watchdog", e)
+        if self._sinks:
+            self._sinks.findings(summary.epoch, new, summary)
         return new
+
+    # ------------------------------------------------------------------ sinks
+    def _bundle_written(self, path: Path, manifest: dict[str, Any]) -> None:
+        """The flight recorder's report of a committed (redacted) bundle: hand it to the sinks."""
+        if self._sinks:
+            self._sinks.bundle(path, manifest)
+
+    def _close_sinks(self) -> None:
+        # Before the recorder closes: an exception in flight gets its bundle first (the sinks
+        # should see it), and a sink may ask for an end-of-run bundle (report + snapshot).
+        try:
+            in_flight = sys.exc_info()[1]
+            if in_flight is not None and self.recorder is not None:
+                self.recorder.handle_exception(in_flight)
+            elif self.recorder is not None and self._sinks.wants_final_bundle():
+                self.recorder.dump("end of run (report and snapshot for the sinks)")
+        except Exception as e:  # noqa: BLE001
+            log.debug("memwatch: no end-of-run bundle (%s)", e)
+        self._sinks.close()
 
     # ------------------------------------------------------------------ flight recorder
     def dump(self, reason: str, exc: BaseException | None = None) -> Path | None:

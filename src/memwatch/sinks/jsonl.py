@@ -1,0 +1,155 @@
+"""An append-only JSON-lines event log, rotated by size, with a bounded number of files.
+
+One event per line, written with a single ``write()`` on a file opened in append mode, so lines
+from one process never interleave and a crash leaves at most one truncated last line (readers
+skip a line that does not parse). Events:
+
+=============  ==========================================================================
+``event``      fields
+=============  ==========================================================================
+``start``      ``time``, ``rank``, ``pid``
+``sample``     ``time``, ``rank``, ``step``, ``metrics`` (metric -> bytes or count; null = NaN)
+``findings``   ``time``, ``rank``, ``epoch``, ``end_step``, ``findings`` (``Finding.to_dict``)
+``bundle``     ``time``, ``rank``, ``path``, ``manifest``
+``close``      ``time``, ``rank``
+=============  ==========================================================================
+
+When the file would grow past ``max_bytes`` it is renamed ``<name>.1`` (older ones shift to
+``.2``...), and files past ``max_files`` in all are deleted, oldest first.
+
+Example::
+
+    >>> import json, os, memwatch
+    >>> from memwatch.sinks import JsonlSink
+    >>> log_path = os.path.join(tmp, "events.jsonl")
+    >>> sink = JsonlSink(log_path)
+    >>> with memwatch.watch(device="cpu", workers=False, out_dir=str(tmp), sinks=[sink],
+    ...                     log_every_n_steps=5) as mw:
+    ...     for _ in range(10):
+    ...         mw.step()
+    >>> from memwatch.sinks.jsonl import read_events
+    >>> events = read_events(log_path)
+    >>> [e["event"] for e in events]
+    ['start', 'sample', 'sample', 'close']
+    >>> events[2]["step"]
+    10
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from memwatch.errors import ConfigError
+from memwatch.findings import Finding
+from memwatch.sinks._json import jsonable
+
+__all__ = ["JsonlSink", "read_events"]
+
+
+class JsonlSink:
+    """Writes every sink event as one JSON line to ``path`` (see the module doc for the format).
+
+    Args:
+        path: the log file; its directory is created. A rank > 0 (``RANK`` in the environment)
+            writes ``<stem>.rank<N><suffix>`` instead, so ranks never share a file.
+        max_bytes: rotate when the file would grow past this.
+        max_files: files kept in all (the live one plus ``max_files - 1`` rotated ones).
+        rank: this process's rank; default from the ``RANK`` environment variable.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], max_bytes: int = 64 << 20,
+                 max_files: int = 5, rank: int | None = None) -> None:
+        if not isinstance(max_bytes, int) or max_bytes < 4096:
+            raise ConfigError(f"max_bytes={max_bytes!r} must be an int >= 4096 (bytes per file).")
+        if not isinstance(max_files, int) or max_files < 1:
+            raise ConfigError(f"max_files={max_files!r} must be an int >= 1 (files kept).")
+        self.rank = int(os.environ.get("RANK", "0") or 0) if rank is None else int(rank)
+        p = Path(path)
+        if self.rank > 0:
+            p = p.with_name(f"{p.stem}.rank{self.rank}{p.suffix}")
+        self.path = p
+        self.max_bytes = max_bytes
+        self.max_files = max_files
+        self._fd: int | None = None
+        self._size = 0
+        self.closed = False
+
+    # ------------------------------------------------------------------ file
+    def _open(self) -> int:
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._size = os.fstat(self._fd).st_size
+            self._write({"event": "start", "pid": os.getpid()})
+        return self._fd
+
+    def _rotate(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        keep = self.max_files - 1
+        if keep <= 0:
+            self.path.unlink(missing_ok=True)
+            return
+        oldest = self.path.with_name(f"{self.path.name}.{keep}")
+        oldest.unlink(missing_ok=True)
+        for i in range(keep - 1, 0, -1):
+            src = self.path.with_name(f"{self.path.name}.{i}")
+            if src.exists():
+                os.replace(src, self.path.with_name(f"{self.path.name}.{i + 1}"))
+        if self.path.exists():
+            os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+
+    def _write(self, event: dict[str, Any]) -> None:
+        event = {**event, "time": round(time.time(), 3), "rank": self.rank}
+        line = (json.dumps(jsonable(event), separators=(",", ":"), allow_nan=False)
+                + "\n").encode()
+        fd = self._fd if self._fd is not None else self._open()
+        if self._size and self._size + len(line) > self.max_bytes:
+            self._rotate()
+            fd = self._open()
+        os.write(fd, line)  # one write per line: appends never interleave within a line
+        self._size += len(line)
+
+    # ------------------------------------------------------------------ sink protocol
+    def on_metrics(self, step: int, sample: Mapping[str, float]) -> None:
+        self._write({"event": "sample", "step": int(step), "metrics": dict(sample)})
+
+    def on_findings(self, epoch: int, findings: Sequence[Finding], summary: Any) -> None:
+        self._write({"event": "findings", "epoch": int(epoch),
+                     "end_step": getattr(summary, "end_step", None),
+                     "findings": [f.to_dict() for f in findings]})
+
+    def on_bundle(self, path: Path, manifest: Mapping[str, Any]) -> None:
+        self._write({"event": "bundle", "path": str(path), "manifest": dict(manifest)})
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self._fd is not None:
+            self._write({"event": "close"})
+            os.close(self._fd)
+            self._fd = None
+
+
+def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every event of a log and its rotated files, oldest first (a torn last line is skipped)."""
+    p = Path(path)
+    files = sorted(p.parent.glob(p.name + ".*"), key=lambda q: -int(q.suffix[1:])
+                   if q.suffix[1:].isdigit() else 0)
+    files = [q for q in files if q.suffix[1:].isdigit()] + ([p] if p.exists() else [])
+    out: list[dict[str, Any]] = []
+    for q in files:
+        with open(q, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue
+    return out
