@@ -1,0 +1,83 @@
+"""Tiny BERTs, synthetic data and trainer factories for the transformers suites (CPU, seconds)."""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    Trainer,
+    TrainingArguments,
+)
+
+SEQ = 64
+
+
+def tiny_bert(hidden_states: bool = False) -> BertForSequenceClassification:
+    torch.manual_seed(0)
+    cfg = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, vocab_size=100, max_position_embeddings=SEQ,
+                     output_hidden_states=hidden_states)
+    return BertForSequenceClassification(cfg)
+
+
+class Tokens(Dataset[dict[str, torch.Tensor]]):
+    """Random token sequences with binary labels (fixed seed)."""
+
+    def __init__(self, n: int, seq: int = SEQ) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(1, 100, (n, seq), generator=g)
+        self.labels = torch.randint(0, 2, (n,), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.ids[i], "labels": self.labels[i]}
+
+
+def make_args(tmp_path: Path, **kw: Any) -> TrainingArguments:
+    opts: dict[str, Any] = dict(
+        output_dir=str(tmp_path / "out"), use_cpu=True, per_device_train_batch_size=8,
+        per_device_eval_batch_size=8, num_train_epochs=3, report_to=[], save_strategy="no",
+        disable_tqdm=True, logging_steps=10, dataloader_num_workers=0, seed=0,
+    )
+    opts.update(kw)
+    return TrainingArguments(**opts)
+
+
+class LeakyTrainer(Trainer):
+    """The classic leak in a custom ``compute_loss``: model outputs kept with their graph.
+
+    From ``leak_from_epoch`` on, every step appends the hidden states (with ``grad_fn``) to
+    ``self.kept_outputs``: 3 x 8 x 64 x 32 float32 = 192 KiB per step that is never released.
+    """
+
+    def __init__(self, *a: Any, leak_from_epoch: int | None = None, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.leak_from_epoch = leak_from_epoch
+        self.kept_outputs: list[Any] = []
+
+    def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False,
+                     num_items_in_batch: Any = None) -> Any:
+        outputs = model(**inputs)
+        epoch = self.state.epoch or 0.0
+        if self.leak_from_epoch is not None and int(epoch) >= self.leak_from_epoch:
+            self.kept_outputs.append(outputs.hidden_states)  # the planted bug
+        loss = outputs.loss
+        return (loss, outputs) if return_outputs else loss
+
+
+def malloc_trim() -> None:
+    """Give glibc's free lists back to the OS (no-op elsewhere)."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except OSError:
+            pass
