@@ -424,6 +424,24 @@ class FlightRecorder:
         self._write("oom_observer", "the exception did not reach memwatch (caught by the "
                     "program, or the process exited first)", None, None, pend)
 
+    def take_pending(self) -> Capture | None:
+        """Claim the unclaimed pre-unwind OOM capture, if any, so no bundle is written for it.
+
+        For integrations that know the program recovered from that OOM (a batch-size finder
+        caught it and retried): they decide whether it deserves a bundle (:meth:`write_recovered`)
+        or only an event."""
+        pend = self._pending
+        if pend is None or pend.claimed:
+            return None
+        pend.claimed = True
+        self._pending = None
+        return pend
+
+    def write_recovered(self, cap: Capture, reason: str) -> Path | None:
+        """Write a claimed capture as an ``oom_observer`` bundle (``reason`` says it was
+        recovered)."""
+        return self._write("oom_observer", reason, None, None, cap)
+
     def on_step_boundary(self) -> None:
         """Called from the session every few steps: flush a capture nobody claimed."""
         pend = self._pending
