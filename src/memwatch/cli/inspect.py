@@ -13,7 +13,7 @@ from memwatch.bundle import open_bundle
 from memwatch.cli._base import Command
 from memwatch.evidence import segments_summary
 from memwatch.report.summary import summarize
-from memwatch.report.terminal import render_text
+from memwatch.report.terminal import print_summary
 from memwatch.units import fmt_bytes
 
 
@@ -26,17 +26,20 @@ class InspectCommand(Command):
         parser.add_argument("bundle", metavar="BUNDLE", help="a bundle directory")
         parser.add_argument("--rows", type=int, default=12,
                             help="timeline rows to show (default 12)")
+        parser.add_argument("--format", choices=("auto", "rich", "plain"), default="auto",
+                            help="auto (default): rich tables on a terminal when rich is "
+                                 "installed, plain text otherwise")
 
     def run(self, args: argparse.Namespace) -> int:
         bundle = open_bundle(args.bundle)
         summary = summarize(bundle)
-        text = render_text(summary, tail_rows=max(args.rows, 0))
         snap = bundle.snapshot()  # validates the pickle too: a bad one exits 2
         seg = segments_summary(snap)
+        extra = ""
         if seg is not None:
-            text += (f"\nAllocator snapshot: {seg['segments']} segments, "
+            extra = (f"\nAllocator snapshot: {seg['segments']} segments, "
                      f"{fmt_bytes(seg['reserved_bytes'])} reserved, "
                      f"{fmt_bytes(seg['allocated_bytes'])} allocated, largest free block "
                      f"{fmt_bytes(seg['largest_free_block_bytes'])}\n")
-        print(text, end="")
+        print_summary(summary, tail_rows=max(args.rows, 0), fmt=args.format, extra=extra)
         return 0

@@ -1,7 +1,8 @@
-"""Renderers of bundles and runs: terminal text (``memwatch inspect``) and offline HTML."""
+"""Renderers of runs, bundles and exports: offline HTML (plotly inlined) and terminal views."""
 
-from memwatch.report.html import render_bundle_html
+from memwatch.report.html import render, render_bundle_html, render_export, render_run
 from memwatch.report.summary import Summary, summarize
-from memwatch.report.terminal import render_text
+from memwatch.report.terminal import print_epoch_summary, print_summary, render_text
 
-__all__ = ["Summary", "render_bundle_html", "render_text", "summarize"]
+__all__ = ["Summary", "print_epoch_summary", "print_summary", "render", "render_bundle_html",
+           "render_export", "render_run", "render_text", "summarize"]
