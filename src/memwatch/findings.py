@@ -17,6 +17,9 @@ KINDS: tuple[str, ...] = (
     "fragmentation",
     "allocator_retention",
     "near_oom",
+    "rank_leak",
+    "rank_imbalance",
+    "rank_unresponsive",
 )
 # Worker findings use these kinds too: per-worker growth is a ``leak`` and copy-on-write a
 # ``plateau``; ``evidence["pattern"]`` says which ("per_worker_growth", "copy_on_write").
@@ -47,6 +50,7 @@ class Finding:
     evidence: dict[str, Any] = dataclasses.field(default_factory=dict)
     epoch: int | None = None
     step: int | None = None
+    rank: int | None = None  # set when running distributed (world size > 1)
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:

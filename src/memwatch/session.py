@@ -141,6 +141,8 @@ class MemWatch:
         analyze: bool = True,
         census: str = "auto",
         analyzer_config: Any = None,
+        distributed: str = "auto",
+        exchange_timeout_s: float = 60.0,
         recorder: bool = True,
         bundle_on: Any = "oom",
         max_bundles: int = 20,
@@ -177,6 +179,17 @@ class MemWatch:
         self.census_mode = census
         self.analyze = bool(analyze)
         self._analyzer_config = analyzer_config
+        if distributed not in ("auto", "off"):
+            raise ConfigError(f"distributed={distributed!r}: use 'auto' (exchange per-rank "
+                              "summaries at epoch ends when torch.distributed is initialised) "
+                              "or 'off'.")
+        self.distributed = distributed
+        self.exchange_timeout_s = float(_positive("exchange_timeout_s", exchange_timeout_s,
+                                                  "for example 60 (seconds)"))
+        self._exchange: Any = None
+        #: On rank 0 after each epoch end: one summary per rank (None for a rank that did not
+        #: answer). See memwatch.distributed.
+        self.rank_summaries: list[Any] = []
         self._recorder_config = RecorderConfig(
             enabled=bool(recorder), bundle_on=parse_bundle_on(bundle_on),
             max_bundles=max_bundles, max_bundle_bytes=max_bundle_bytes,
@@ -250,10 +263,26 @@ class MemWatch:
         self._sampler.start()
         if self.analyze:
             self._start_analyzer()
+        self._start_exchange()
         self._start_recorder_and_watchdog()
         self._running = True
         _register_fork_guard(self)
         return self
+
+    def _start_exchange(self) -> None:
+        """Per-rank summaries at epoch ends (never per step) when running distributed."""
+        self.rank = rank_info()  # torch.distributed may have been initialised after __init__
+        if self.distributed == "off":
+            return
+        from memwatch.distributed import RankExchange, dist_ready
+
+        dist = dist_ready()
+        if dist is None:
+            return
+        try:
+            self._exchange = RankExchange(dist, self.exchange_timeout_s)
+        except Exception as e:  # noqa: BLE001
+            self._disable("rank exchange", e)
 
     def _resolve_device(self) -> DeviceProbe | None:
         spec = self._device_spec
@@ -368,6 +397,8 @@ class MemWatch:
                 log.debug("memwatch: flight recorder failed to close", exc_info=True)
         if self._sampler is not None:
             self._sampler.stop()
+        if self._exchange is not None:
+            self._exchange.close()
         for p in self.probes:
             try:
                 p.close()
@@ -450,14 +481,16 @@ class MemWatch:
             self._disable("epoch summary", e)
             return []
         self.epoch += 1
-        if summary is None:
-            return []
         new: list[Finding] = []
-        if self._analyzer is not None and "analyzer" not in self.disabled:
+        if summary is not None and self._analyzer is not None \
+                and "analyzer" not in self.disabled:
             try:
                 new = list(self._analyzer.on_epoch_end(summary))
             except Exception as e:  # noqa: BLE001
                 self._disable("analyzer", e)
+        new = self._exchange_ranks(new, summary)  # every rank, even after an empty epoch
+        if summary is None:
+            return new
         self.findings.extend(new)
         if len(self.findings) > MAX_FINDINGS:
             # Bounded whatever the run length: the oldest findings go first (every one was also
@@ -523,6 +556,24 @@ class MemWatch:
         finally:
             if rec is not None:
                 rec.forced -= 1
+
+    def _exchange_ranks(self, new: list[Finding], summary: EpochSummary | None) -> list[Finding]:
+        if self.rank.get("world_size", 1) > 1:
+            for f in new:
+                f.rank = self.rank.get("rank", 0)
+        ex = self._exchange
+        if ex is None or "rank exchange" in self.disabled:
+            return new
+        try:
+            from memwatch.distributed import cross_rank_findings, rank_payload
+
+            got = ex.exchange(rank_payload(self, new, summary))
+            if got is not None:  # rank 0
+                self.rank_summaries = got
+                return new + cross_rank_findings(got, ex.missing, self.exchange_timeout_s)
+        except Exception as e:  # noqa: BLE001
+            self._disable("rank exchange", e)
+        return new
 
     # ------------------------------------------------------------------ reading
     def latest(self) -> dict[str, float]:

@@ -1,0 +1,243 @@
+"""Rank-aware memwatch: an epoch-end exchange of small per-rank summaries, and cross-rank verdicts.
+
+Nothing is exchanged per step. At each epoch end every rank sends one small summary (floors, peaks,
+limits and its findings: about 1-2 KiB pickled) to rank 0 over a gloo group memwatch creates for
+itself, so the exchange works beside NCCL training and never touches the training's own process
+group. A ``monitored_barrier`` with a timeout comes first: a rank that died (of OOM, typically) or
+hangs is reported by name after the timeout instead of blocking rank 0 forever, and the exchange
+then turns itself off for the rest of the run (a group with a dead member cannot be trusted).
+
+Cost at scale: gather_object to rank 0 moves ``world_size x summary`` bytes once per epoch; at
+1,024 ranks and 2 KiB that is 2 MiB into rank 0 per epoch, plus a barrier (O(world_size) messages
+to rank 0 with gloo's monitored barrier). Rank 0's analysis is O(world_size).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import math
+import pickle
+import re
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from memwatch.findings import Finding, Severity
+from memwatch.units import fmt_bytes
+
+log = logging.getLogger("memwatch")
+
+#: Metrics summarised per rank (the ones verdicts and imbalance are computed on).
+SUMMARY_METRICS = ("device.allocated", "device.peak", "device.reserved", "host.rss", "workers.uss")
+
+
+def dist_ready() -> Any | None:
+    """``torch.distributed`` when it is initialised with more than one rank, else None.
+
+    Never imports torch: a run that uses torch.distributed has imported it.
+    """
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized() \
+                and dist.get_world_size() > 1:
+            return dist
+    except Exception:  # noqa: BLE001
+        return None
+    return None
+
+
+class RankExchange:
+    """Gathers per-rank epoch summaries to rank 0, bounded by a timeout.
+
+    Create it on every rank at the same point (``MemWatch.start()`` does): creating the group is a
+    collective.
+    """
+
+    def __init__(self, dist: Any, timeout_s: float = 60.0) -> None:
+        self.dist = dist
+        self.rank = int(dist.get_rank())
+        self.world_size = int(dist.get_world_size())
+        self.timeout = datetime.timedelta(seconds=timeout_s)
+        # Our own gloo group: CPU objects whatever the training backend, and none of our messages
+        # interleave with the training's collectives.
+        self.group = dist.new_group(backend="gloo", timeout=self.timeout)
+        self.broken: str | None = None
+        self.missing: list[int] = []
+        self.last_bytes = 0
+        self.last_ms = 0.0
+        self.exchanges = 0
+
+    def exchange(self, payload: dict[str, Any]) -> list[dict[str, Any] | None] | None:
+        """Every rank calls this at its epoch end. Rank 0 gets one entry per rank (None for a rank
+        that did not answer); other ranks get None."""
+        if self.broken is not None:
+            return None
+        t0 = time.perf_counter()
+        self.last_bytes = len(pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL))
+        try:
+            self.dist.monitored_barrier(group=self.group, timeout=self.timeout,
+                                        wait_all_ranks=True)
+        except Exception as e:  # noqa: BLE001 - a dead or stuck rank: report, never hang again
+            self.broken = f"{type(e).__name__}: {e}"
+            self.missing = _ranks_in(str(e), self.world_size, self.rank)
+            self.last_ms = (time.perf_counter() - t0) * 1000.0
+            log.warning("memwatch: rank(s) %s did not reach the epoch-end exchange within %s; "
+                        "cross-rank summaries are off for the rest of the run",
+                        self.missing or "?", self.timeout)
+            if self.rank == 0:
+                out: list[dict[str, Any] | None] = [None] * self.world_size
+                out[0] = payload
+                return out
+            return None
+        gathered: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
+        try:
+            self.dist.gather_object(payload, gathered, dst=0, group=self.group)
+        except Exception as e:  # noqa: BLE001
+            self.broken = f"{type(e).__name__}: {e}"
+            log.warning("memwatch: epoch-end gather failed (%s); cross-rank summaries are off",
+                        self.broken)
+            return None
+        self.exchanges += 1
+        self.last_ms = (time.perf_counter() - t0) * 1000.0
+        return gathered
+
+    def close(self) -> None:
+        group, self.group = self.group, None
+        if group is not None:
+            try:
+                self.dist.destroy_process_group(group)
+            except Exception:  # noqa: BLE001 - the default group may already be gone
+                pass
+
+
+def _ranks_in(message: str, world_size: int, me: int) -> list[int]:
+    """Rank numbers named in a monitored_barrier error ("Ranks 1, 3 failed to pass ...")."""
+    m = re.search(r"[Rr]anks?\s+([\d,\s]+)\s+failed", message)
+    if m:
+        return sorted({int(x) for x in re.findall(r"\d+", m.group(1)) if int(x) < world_size})
+    if me != 0:
+        return [0]
+    return []
+
+
+def rank_payload(session: Any, findings: Sequence[Finding], summary: Any) -> dict[str, Any]:
+    """The small, picklable summary one rank contributes at an epoch end."""
+    floors: dict[str, float] = {}
+    peaks: dict[str, float] = {}
+    if summary is not None:
+        for m in SUMMARY_METRICS:
+            if m in summary.keys:
+                i = summary.keys.index(m)
+                f, p = float(summary.floor[i]), float(summary.peak[i])
+                if not math.isnan(f):
+                    floors[m] = f
+                if not math.isnan(p):
+                    peaks[m] = p
+    limits = {k: v for k, v in session.limits().items() if k in SUMMARY_METRICS}
+    return {
+        "rank": session.rank.get("rank", 0),
+        "local_rank": session.rank.get("local_rank", 0),
+        "host": socket.gethostname(),
+        "epoch": getattr(summary, "epoch", None),
+        "step": session.step_count,
+        "floor": floors,
+        "peak": peaks,
+        "limits": limits,
+        "findings": [
+            {"kind": f.kind, "metric": f.metric, "severity": f.severity,
+             "bytes_per_step": f.bytes_per_step, "steps_to_oom": f.steps_to_oom,
+             "culprit": (f.culprit or "")[:300]}
+            for f in findings if f.kind in ("leak", "near_oom", "fragmentation")
+        ],
+    }
+
+
+def cross_rank_findings(summaries: Sequence[dict[str, Any] | None], missing: Sequence[int],
+                        timeout_s: float) -> list[Finding]:
+    """Rank 0's verdicts across ranks: who leaks, who is closest to OOM, who is imbalanced, who
+    did not answer."""
+    out: list[Finding] = []
+    world = len(summaries)
+    alive = [s for s in summaries if s is not None]
+    absent = sorted(set(missing) | {i for i, s in enumerate(summaries) if s is None})
+    if absent:
+        out.append(Finding(
+            kind="rank_unresponsive", metric="ranks", severity="warning",
+            message=(f"Rank(s) {', '.join(map(str, absent))} of {world} did not reach the "
+                     f"epoch-end exchange within {timeout_s:.0f} s: dead (an OOM leaves a bundle "
+                     "named ...-rank<r>-pid<p> under each rank's out_dir/oom/) or stuck; the "
+                     "other ranks will hang in their next collective."),
+            suggestions=["Look for that rank's bundle: `memwatch ls <out_dir>` groups them by "
+                         "job and rank."],
+            evidence={"ranks": absent, "timeout_s": timeout_s}))
+    # Leaks on some ranks only.
+    leak_by_metric: dict[str, dict[int, dict[str, Any]]] = {}
+    for s in alive:
+        for f in s["findings"]:
+            if f["kind"] == "leak":
+                leak_by_metric.setdefault(f["metric"], {})[int(s["rank"])] = f
+    for metric, by_rank in leak_by_metric.items():
+        ranks = sorted(by_rank)
+        only_some = len(ranks) < len(alive)
+        worst = min(by_rank.items(), key=lambda kv: kv[1]["steps_to_oom"] or math.inf)
+        rates = {r: by_rank[r]["bytes_per_step"] for r in ranks}
+        scope = (f"only on rank(s) {', '.join(map(str, ranks))} of {world}" if only_some
+                 else f"on every rank ({world})")
+        msg = (f"{metric} leaks {scope}: "
+               + ", ".join(f"rank {r} {fmt_bytes(v or 0)}/step" for r, v in rates.items()) + ".")
+        if only_some:
+            msg += (" A leak on some ranks only points at rank-dependent code: logging or "
+                    "evaluation on rank 0, uneven shards, a cache keyed by rank.")
+        if worst[1]["steps_to_oom"] is not None:
+            msg += (f" Rank {worst[0]} runs out first, in about "
+                    f"{worst[1]['steps_to_oom']:,.0f} steps.")
+        sev: Severity = "critical" if any(f["severity"] == "critical"
+                                          for f in by_rank.values()) else "warning"
+        out.append(Finding(
+            kind="rank_leak", metric=metric, severity=sev, message=msg,
+            bytes_per_step=max((v or 0.0) for v in rates.values()),
+            steps_to_oom=worst[1]["steps_to_oom"], culprit=f"rank {worst[0]}: "
+            + (worst[1]["culprit"] or "see that rank's findings"),
+            evidence={"ranks": ranks, "only_some_ranks": only_some, "bytes_per_step": rates},
+            rank=worst[0]))
+    # Peak imbalance.
+    peak_metric = next((m for m in ("device.peak", "device.allocated", "host.rss")
+                        if all(m in s["peak"] for s in alive)), None)
+    if peak_metric is not None and len(alive) > 1:
+        metric = peak_metric
+        peaks = {int(s["rank"]): float(s["peak"][metric]) for s in alive}
+        hi_r, hi = max(peaks.items(), key=lambda kv: kv[1])
+        lo_r, lo = min(peaks.items(), key=lambda kv: kv[1])
+        ratio = hi / lo if lo > 0 else math.inf
+        limit = next((s["limits"].get(metric) for s in alive if s["limits"].get(metric)), None)
+        if ratio > 1.2:
+            out.append(Finding(
+                kind="rank_imbalance", metric=metric, severity="info",
+                message=(f"{metric} peaks differ across ranks: rank {hi_r} at {fmt_bytes(hi)}, "
+                         f"rank {lo_r} at {fmt_bytes(lo)} ({ratio:.2f}x). The highest rank "
+                         "decides when the job runs out of memory."
+                         + (f" It is at {hi / limit:.0%} of its limit." if limit else "")),
+                evidence={"peaks": peaks, "imbalance": ratio}, rank=hi_r))
+    return out
+
+
+def rank_metrics(summaries: Sequence[dict[str, Any] | None]) -> dict[str, float]:
+    """Per-rank series for loggers: ``rank<r>/<metric>_peak`` and ``..._floor`` in bytes, plus the
+    peak imbalance (max/min) of the first metric every rank has."""
+    out: dict[str, float] = {}
+    alive = [s for s in summaries if s is not None]
+    for s in alive:
+        r = int(s["rank"])
+        for m, v in s["peak"].items():
+            out[f"rank{r}/{m}.peak"] = v
+        for m, v in s["floor"].items():
+            out[f"rank{r}/{m}.floor"] = v
+    for m in ("device.peak", "device.allocated", "host.rss"):
+        vals = [s["peak"][m] for s in alive if m in s["peak"]]
+        if len(vals) == len(alive) and len(vals) > 1 and min(vals) > 0:
+            out[f"ranks/{m}.imbalance"] = max(vals) / min(vals)
+            break
+    return out
