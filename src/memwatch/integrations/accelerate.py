@@ -118,6 +118,7 @@ def attach(accelerator: Any, optimizer: Any = None, **options: Any) -> Accelerat
         (4, 1)
         >>> hook.detach()
     """
+    _check_accelerator(accelerator)
     existing = _HOOKS.get(accelerator)
     if existing is not None and existing.attached:
         existing.watch_optimizer(optimizer)
@@ -193,11 +194,7 @@ class AccelerateHook:
         epochs: str = "auto",
         **memwatch_options: Any,
     ) -> None:
-        if not hasattr(accelerator, "gradient_state") or not hasattr(accelerator, "log"):
-            raise ConfigError(
-                f"accelerator={accelerator!r} is not an accelerate.Accelerator; pass the one "
-                "your loop prepared its model and optimizer with."
-            )
+        _check_accelerator(accelerator)
         if memwatch is not None and memwatch_options:
             raise ConfigError(
                 f"attach() got memwatch=... and MemWatch options {sorted(memwatch_options)}; "
@@ -366,6 +363,14 @@ class AccelerateHook:
         if _wrap_loader(dl, self):
             self._loaders = [r for r in self._loaders if r() is not None]
             self._loaders.append(weakref.ref(dl))
+            # Found mid-pass (prepared after attach, seen at the first step of its pass): its
+            # begin() already ran, so this pass starts now.
+            try:
+                iterating = self.accelerator.gradient_state.dataloader_references
+            except Exception:  # noqa: BLE001
+                iterating = []
+            if any(r is dl for r in iterating):
+                self._pass_start[id(dl)] = self.memwatch.step_count
 
     def _loader_begin(self, dl: Any) -> None:
         self._pass_start[id(dl)] = self.memwatch.step_count
@@ -380,12 +385,15 @@ class AccelerateHook:
             self._end_epoch()
 
     def end_epoch(self) -> list[Finding]:
-        """End the epoch now (for loops without epochs); returns the new findings."""
+        """End the epoch now (for loops without epochs); returns the new findings.
+
+        Without an optimizer step since the last epoch end it does nothing, so calling it right
+        after a DataLoader pass that already ended the epoch is harmless."""
         return self._end_epoch()
 
     def _end_epoch(self) -> list[Finding]:
         mw = self.memwatch
-        if not mw.running:
+        if not mw.running or mw.step_count <= self._last_epoch_step:
             return []
         try:
             self._last_epoch_step = mw.step_count
@@ -498,6 +506,14 @@ class AccelerateHook:
 
 
 # ---------------------------------------------------------------------- helpers
+def _check_accelerator(accelerator: Any) -> None:
+    if not hasattr(accelerator, "gradient_state") or not hasattr(accelerator, "log"):
+        raise ConfigError(
+            f"accelerator={accelerator!r} is not an accelerate.Accelerator; pass the one "
+            "your loop prepared its model and optimizer with."
+        )
+
+
 def _torch_optimizer(accelerator: Any, optimizer: Any) -> Any:
     """The torch optimizer that really steps (an AcceleratedOptimizer does not take hooks)."""
     if optimizer is None:

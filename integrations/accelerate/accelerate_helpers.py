@@ -1,0 +1,155 @@
+"""Tiny models, data and a custom Accelerate loop for the memwatch end-to-end suites."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import struct
+import sys
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from accelerate import Accelerator
+from accelerate.state import AcceleratorState, GradientState
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+N_IN = 32
+
+
+class Regressor(nn.Module):
+    """An MLP regressor. With ``leaking`` set, ``forward`` plants a classic leak: it keeps every
+    batch's hidden activations (with their autograd graph) in ``history``, as a debugging
+    "remember the features" line left in a model does. (A loss kept after ``backward()`` would
+    hold little: backward frees the graph's saved tensors.)"""
+
+    def __init__(self, width: int = 2048) -> None:
+        super().__init__()
+        self.inp = nn.Linear(N_IN, width)
+        self.out = nn.Linear(width, 1)
+        self.leaking = False
+        self.history: list[torch.Tensor] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = torch.relu(self.inp(x))
+        if self.leaking:
+            self.history.append(hidden)  # the planted bug
+        return self.out(hidden)  # type: ignore[no-any-return]
+
+
+def loader(n_batches: int, batch_size: int = 128, seed: int = 0) -> DataLoader[Any]:
+    g = torch.Generator().manual_seed(seed)
+    n = n_batches * batch_size
+    ds = TensorDataset(torch.randn(n, N_IN, generator=g), torch.randn(n, 1, generator=g))
+    return DataLoader(ds, batch_size=batch_size)
+
+
+def setup(n_batches: int = 8, batch_size: int = 16, width: int = 64,
+          **accelerator_kw: Any) -> tuple[Accelerator, Regressor, Any, Any]:
+    accelerator_kw.setdefault("cpu", True)
+    accelerator = Accelerator(**accelerator_kw)
+    model = Regressor(width)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    model, opt, data = accelerator.prepare(model, opt, loader(n_batches, batch_size))
+    return accelerator, model, opt, data
+
+
+def train(accelerator: Accelerator, model: Any, opt: Any, data: Any, epochs: int,
+          leak_from_epoch: int | None = None,
+          after_step: Callable[[int], None] | None = None) -> int:
+    """A plain custom loop (``accelerator.accumulate`` as the docs show it); returns the number
+    of real optimizer steps (counted the way Accelerate's examples count them)."""
+    completed = 0
+    for epoch in range(epochs):
+        model.train()
+        for x, y in data:
+            with accelerator.accumulate(model):
+                model.leaking = leak_from_epoch is not None and epoch >= leak_from_epoch
+                loss = F.mse_loss(model(x), y)
+                accelerator.backward(loss)
+                opt.step()
+                opt.zero_grad()
+            if accelerator.sync_gradients:
+                completed += 1
+                if after_step is not None:
+                    after_step(completed)
+    return completed
+
+
+def reset_accelerate() -> None:
+    AcceleratorState._reset_state(True)
+    GradientState._reset_state()
+
+
+def malloc_trim() -> None:
+    """Return glibc's free heap memory to the OS (so RSS reflects live memory again)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+# ---------------------------------------------------------------------- W&B transaction log
+_BLOCK = 32768
+_HEADER = 7  # crc32 (4), length (2), type (1)
+_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+
+
+def wandb_records(path: Path) -> Iterator[bytes]:
+    """The records of a ``.wandb`` file: a 7-byte file header (``:W&B``, magic, version), then
+    LevelDB-style log blocks of 32 KiB whose records are CRC-checked and may span blocks."""
+    raw = path.read_bytes()
+    assert raw[:4] == b":W&B", raw[:8]
+    pos = _HEADER
+    pending = b""
+    while pos + _HEADER <= len(raw):
+        left = _BLOCK - pos % _BLOCK
+        if left < _HEADER:  # trailer padding of a block
+            pos += left
+            continue
+        crc, length, kind = struct.unpack("<IHB", raw[pos:pos + _HEADER])
+        if length == 0 and kind == 0:
+            pos += left  # zero padding to the end of the block
+            continue
+        body = raw[pos + _HEADER:pos + _HEADER + length]
+        if len(body) < length:
+            break  # the writer is still flushing this record
+        expect = zlib.crc32(body, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF
+        assert crc == expect, f"bad CRC at offset {pos}"
+        pos += _HEADER + length
+        if kind == _FULL:
+            yield body
+        elif kind == _FIRST:
+            pending = body
+        elif kind == _MIDDLE:
+            pending += body
+        elif kind == _LAST:
+            yield pending + body
+            pending = b""
+
+
+def wandb_history(path: Path) -> list[dict[str, Any]]:
+    """Every history row (``run.log``) of a ``.wandb`` file: key -> decoded value, plus
+    ``_step``."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    rows: list[dict[str, Any]] = []
+    for data in wandb_records(path):
+        rec = pb.Record()
+        rec.ParseFromString(data)
+        if rec.WhichOneof("record_type") != "history":
+            continue
+        row: dict[str, Any] = {}
+        for item in rec.history.item:
+            key = item.key or "/".join(item.nested_key)
+            row[key] = json.loads(item.value_json)
+        if rec.history.HasField("step"):
+            row.setdefault("_step", rec.history.step.num)
+        rows.append(row)
+    return rows
