@@ -81,3 +81,27 @@ def malloc_trim() -> None:
             ctypes.CDLL("libc.so.6").malloc_trim(0)
         except OSError:
             pass
+
+
+class DeviceHungryTrainer(Trainer):
+    """Each step allocates ``bytes_per_sample x batch`` on a :class:`memwatch.testing.FakeDevice`
+    for its activations, then frees them: a batch too big for the device raises
+    ``torch.OutOfMemoryError`` from inside the allocation, after the OOM observers ran (what a
+    CUDA run does), which is what ``auto_find_batch_size`` catches."""
+
+    def __init__(self, *a: Any, device: Any, bytes_per_sample: int, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.fake_device = device
+        self.bytes_per_sample = bytes_per_sample
+        self.batch_sizes: list[int] = []
+
+    def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False,
+                     num_items_in_batch: Any = None) -> Any:
+        n = int(inputs["input_ids"].shape[0])
+        self.batch_sizes.append(n)
+        h = self.fake_device.malloc(n * self.bytes_per_sample)
+        try:
+            outputs = model(**inputs)
+        finally:
+            self.fake_device.free(h)
+        return (outputs.loss, outputs) if return_outputs else outputs.loss
