@@ -157,9 +157,11 @@ class AccelerateHook:
         memwatch: the driven :class:`memwatch.MemWatch`.
         findings: every finding so far (the latest 1,000).
         bundle_path: the flight-recorder bundle written for a failure handled by the hook.
-        recovered_ooms: OOMs that ``find_executable_batch_size`` caught and retried (dicts with
-            ``step``, ``batch_size`` (the one it retried with) and ``tried_to_allocate``);
-            no bundle is written for them.
+        recovered_ooms: each time the loop stepped again after ``find_executable_batch_size``
+            caught OOMs and retried: a dict with ``step``, ``ooms`` (how many it caught since the
+            previous step: one per smaller batch tried), ``batch_size`` (the one that runs now)
+            and ``tried_to_allocate``. No bundle is written for these OOMs.
+        recovered_oom_count: the total of ``ooms`` over ``recovered_ooms``.
         batch_size: the batch size ``find_executable_batch_size`` runs with (``None`` outside it).
 
     Example::
@@ -236,6 +238,8 @@ class AccelerateHook:
         self.findings: list[Finding] = []
         self.bundle_path: Path | None = None
         self.recovered_ooms: list[dict[str, Any]] = []
+        self.recovered_oom_count = 0
+        self._ooms_at_start: float | None = None
         self.batch_size: int | None = None
         self._is_main = bool(getattr(accelerator, "is_main_process", True))
         self._world = int(getattr(accelerator, "num_processes", 1) or 1)
@@ -264,6 +268,7 @@ class AccelerateHook:
                         type(e).__name__, e)
             return self
         self.attached = True
+        self._ooms_at_start = _device_ooms(mw)
         self._hook_optimizer(self._torch_opt)
         if self.epochs == "auto":
             self._watch_new_loaders()
@@ -333,14 +338,17 @@ class AccelerateHook:
                 if id(loaders) != self._loader_list_id or len(loaders) != self._loader_count:
                     self._watch_new_loaders()
             rec = mw.recorder
+            recovered = None
             if rec is not None and rec._pending is not None:
-                self._check_recovered(rec)  # an OOM happened since the last step
+                recovered = self._claim_recovered(rec)  # an OOM happened since the last step
             elif not self._looked_for_febs:
                 self._looked_for_febs = True
                 febs = _febs_frame()
                 if febs is not None:
                     self.batch_size = _frame_batch_size(febs)
             mw.step()
+            if recovered is not None:
+                self._record_recovered(*recovered)
             n = mw.step_count
             if n % self.log_every_n_steps == 0 and self._is_main and self.accelerator.trackers:
                 self._log(to_log_metrics(mw.latest()), n)
@@ -395,6 +403,7 @@ class AccelerateHook:
         mw = self.memwatch
         if not mw.running or mw.step_count <= self._last_epoch_step:
             return []
+        new: list[Finding] = []
         try:
             self._last_epoch_step = mw.step_count
             new = mw.end_epoch()  # never raises (the session disables what fails)
@@ -404,16 +413,16 @@ class AccelerateHook:
                 self._log(findings_metrics(new), mw.step_count)
                 if new:
                     self._log_table(new, mw.step_count)
-            if self.warn:
-                for f in new:
-                    # Info findings (a warm-up that levelled off) are logged, not warned about:
-                    # a clean run stays silent.
-                    if f.severity in _WARN_SEVERITIES:
-                        self._warn_once(f)
-            return new
         except Exception as e:  # noqa: BLE001
             log.warning("memwatch: epoch end failed (%s: %s)", type(e).__name__, e)
-            return []
+        if self.warn:
+            for f in new:
+                # Info findings (a warm-up that levelled off) are logged, not warned about: a
+                # clean run stays silent. (Outside the try: a warnings filter set to "error" is
+                # the user's choice to have them raised.)
+                if f.severity in _WARN_SEVERITIES:
+                    self._warn_once(f)
+        return new
 
     def _warn_once(self, f: Finding) -> None:
         # Once per (kind, metric); once more when a later verdict names the holder that the
@@ -480,29 +489,42 @@ class AccelerateHook:
                 self._log({f"{PREFIX}/oom": 1.0}, self.memwatch.step_count)
         return path
 
-    def _check_recovered(self, rec: Any) -> None:
+    def _claim_recovered(self, rec: Any) -> tuple[Any, int | None, float | None] | None:
         """A pre-unwind OOM capture nobody claimed, and the loop is stepping again: if we run
-        inside find_executable_batch_size, it caught that OOM and retried with a smaller batch."""
+        inside find_executable_batch_size, it caught that OOM and retried with a smaller batch,
+        so the capture is claimed (no bundle). Otherwise the recorder flushes it as usual."""
         febs = _febs_frame()
         if febs is None:
-            return  # not a batch-size retry: the recorder flushes the capture as usual
+            return None
         take = getattr(rec, "take_pending", None)
         cap = take() if callable(take) else _claim_pending(rec)
         if cap is None:
-            return
-        self.batch_size = _frame_batch_size(febs)
+            return None
+        before = self.memwatch.latest().get("device.ooms", self._ooms_at_start)
+        return cap, _frame_batch_size(febs), before
+
+    def _record_recovered(self, cap: Any, batch_size: int | None, before: float | None) -> None:
+        mw = self.memwatch
+        self.batch_size = batch_size
+        # Each retry's OOM replaced the previous one's capture; the device's OOM counter says how
+        # many there were since the last sample.
+        after = mw.latest().get("device.ooms")
+        ooms = 1
+        if before is not None and after is not None and after - before >= 1:
+            ooms = int(after - before)
+        self.recovered_oom_count += ooms
         observer = getattr(cap, "observer", None) or {}
-        event = {"step": self.memwatch.step_count, "batch_size": self.batch_size,
+        event = {"step": mw.step_count, "ooms": ooms, "batch_size": batch_size,
                  "tried_to_allocate": observer.get("tried_to_allocate")}
         self.recovered_ooms.append(event)
         del self.recovered_ooms[:-_MAX_RECOVERED]
-        log.info("memwatch: find_executable_batch_size recovered from an OOM; batch size is now "
-                 "%s (no bundle written)", self.batch_size)
+        log.info("memwatch: find_executable_batch_size recovered from %d OOM(s); batch size is "
+                 "now %s (no bundle written)", ooms, batch_size)
         if self._is_main and self.accelerator.trackers:
-            values = {f"{PREFIX}/recovered_ooms": float(len(self.recovered_ooms))}
-            if self.batch_size is not None:
-                values[f"{PREFIX}/batch_size"] = float(self.batch_size)
-            self._log(values, self.memwatch.step_count)
+            values = {f"{PREFIX}/recovered_ooms": float(self.recovered_oom_count)}
+            if batch_size is not None:
+                values[f"{PREFIX}/batch_size"] = float(batch_size)
+            self._log(values, mw.step_count)
 
 
 # ---------------------------------------------------------------------- helpers
@@ -596,6 +618,17 @@ def _unwrap_loader(dl: Any) -> None:
     for name in ("begin", "end"):
         if getattr(inst.get(name), _MARK, False):
             del inst[name]
+
+
+def _device_ooms(mw: MemWatch) -> float | None:
+    """The device's OOM counter now (before the first sample exists), if it has one."""
+    dev = mw.device
+    if dev is None or "device.ooms" not in dev.fast_keys:
+        return None
+    try:
+        return float(dev.read_fast()[list(dev.fast_keys).index("device.ooms")])
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def _febs_frame() -> FrameType | None:
