@@ -271,47 +271,92 @@ def _metric_name(col: str) -> tuple[str, float] | None:
     return name, scale
 
 
-def from_export(path: str | os.PathLike[str]) -> ReportData:
-    """The report of a JSONL or CSV export of samples.
+def _export_files(p: Path) -> list[Path]:
+    """``p`` and, for a rotated JSONL log, its older files (``p.N`` ... ``p.1``) first."""
+    rotated = [q for q in p.parent.glob(p.name + ".*") if q.suffix[1:].isdigit()]
+    return sorted(rotated, key=lambda q: -int(q.suffix[1:])) + [p]
 
-    Rows need a ``step`` column and metric columns named as in ``mw.latest()`` (``host.rss``,
-    bytes) or as logger keys (``memwatch/host.rss_gib``, converted back to bytes). JSONL rows may
-    carry ``"type"``: ``"sample"`` (default), ``"epoch"`` (an epoch summary) or ``"finding"``
-    (a finding's fields, or ``{"finding": {...}}``); unknown types are ignored.
+
+def _read_export(p: Path, notes: list[str]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    if p.suffix.lower() == ".csv":
+        with open(p, encoding="utf-8", newline="") as f:
+            for r in csv.DictReader(f):
+                rows.append({k: _csv_value(v) for k, v in r.items() if k is not None})
+        return rows
+    if p.suffix.lower() == ".json":
+        with open(p, encoding="utf-8") as f:
+            try:
+                doc = json.load(f)
+            except ValueError as e:
+                raise MemwatchError(f"{p}: not a JSON document ({e})") from None
+        if isinstance(doc, dict) and isinstance(doc.get("samples"), dict):
+            # Columnar (memwatch.sinks.export.to_json): {"samples": {"step": [...], key: [...]}}
+            cols = doc["samples"]
+            steps = cols.get("step") or []
+            for i, st in enumerate(steps):
+                rows.append({"step": st, **{k: v[i] for k, v in cols.items()
+                                            if isinstance(v, list) and i < len(v)}})
+            rows.extend({"type": "epoch", **e} for e in doc.get("epochs") or []
+                        if isinstance(e, dict))
+            return rows
+        if isinstance(doc, list):
+            return [r for r in doc if isinstance(r, dict)]
+        raise MemwatchError(f"{p}: expected a memwatch JSON export (with 'samples') or a list")
+    for q in _export_files(p):
+        with open(q, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    notes.append(f"{q.name} line {lineno} is not JSON (skipped; a torn last "
+                                 "line is normal after a crash)")
+                    continue
+                if isinstance(rec, dict):
+                    rows.append(rec)
+    return rows
+
+
+def from_export(path: str | os.PathLike[str]) -> ReportData:
+    """The report of an export of samples: the JSONL event log of
+    :class:`memwatch.sinks.JsonlSink` (with its rotated files), or the CSV / JSON written by
+    :mod:`memwatch.sinks.export`.
+
+    Also accepted: JSONL or CSV rows with a ``step`` and metric columns named as in
+    ``mw.latest()`` (``host.rss``, bytes) or as logger keys (``memwatch/host.rss_gib``,
+    converted back to bytes). Raises :class:`memwatch.errors.MemwatchError` when the file
+    cannot be read at all; rows it does not understand are skipped.
     """
     p = Path(path)
     d = ReportData(title=f"memwatch report of {p.name}", source="export")
     d.meta = [("file", str(p)), ("generated",
                                  _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))]
-    rows: list[dict[str, Any]] = []
     try:
-        if p.suffix.lower() == ".csv":
-            with open(p, encoding="utf-8", newline="") as f:
-                for r in csv.DictReader(f):
-                    rows.append({k: _csv_value(v) for k, v in r.items() if k is not None})
-        else:
-            with open(p, encoding="utf-8") as f:
-                for lineno, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        rec = json.loads(line)
-                    except ValueError:
-                        d.notes.append(f"line {lineno} is not JSON (skipped)")
-                        continue
-                    if isinstance(rec, dict):
-                        rows.append(rec)
-    except OSError as e:
+        rows = _read_export(p, d.notes)
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise MemwatchError(f"{p}: cannot read ({e})") from None
     by_step: dict[int, dict[str, float | None]] = {}
+    ranks: set[Any] = set()
     for rec in rows:
-        kind = rec.get("type", rec.get("kind_of_record", "sample"))
+        kind = rec.get("event", rec.get("type", "sample"))
+        if "rank" in rec:
+            ranks.add(rec["rank"])
         if kind == "epoch":
             d.epochs.append(rec)
             continue
-        if kind == "finding" or isinstance(rec.get("finding"), dict):
-            fd: dict[str, Any] = rec["finding"] if isinstance(rec.get("finding"), dict) else rec
-            d.findings.append({k: v for k, v in fd.items() if k != "type"})
+        if kind == "findings" and isinstance(rec.get("findings"), list):
+            # One event per epoch end: its end_step marks the epoch boundary on the charts.
+            if isinstance(rec.get("end_step"), int):
+                d.epochs.append({"epoch": rec.get("epoch"), "end_step": rec["end_step"]})
+            d.findings.extend(f for f in rec["findings"] if isinstance(f, dict))
+            continue
+        if kind == "finding":
+            d.findings.append({k: v for k, v in rec.items() if k not in ("type", "event")})
+            continue
+        if kind == "bundle" and rec.get("path"):
+            d.meta.append(("bundle", str(rec["path"])))
             continue
         if kind == "limits" and isinstance(rec.get("limits"), dict):
             d.limits.update({k: float(v) for k, v in rec["limits"].items() if _num(v)})
@@ -320,16 +365,24 @@ def from_export(path: str | os.PathLike[str]) -> ReportData:
         if kind != "sample" or _num(step) is None:
             continue
         row = by_step.setdefault(int(step), {})  # type: ignore[arg-type]
-        for col, v in rec.items():
+        metrics = rec["metrics"] if isinstance(rec.get("metrics"), dict) else rec
+        for col, v in metrics.items():
             named = _metric_name(str(col))
             if named is not None and _num(v) is not None:
                 row[named[0]] = float(v) * named[1]
+    if len(ranks) > 1:
+        d.notes.append(f"The file mixes ranks {sorted(map(str, ranks))}; their samples are merged "
+                       "by step (export one file per rank for a per-rank report).")
+    if d.epochs and all("end_step" in e for e in d.epochs):
+        d.epochs.sort(key=lambda e: e["end_step"] if isinstance(e["end_step"], int) else 0)
     keys = sorted({k for r in by_step.values() for k in r})
     steps = sorted(by_step)
     values = {k: [by_step[s].get(k) for s in steps] for k in keys}
     d.steps, d.values = _downsample(steps, values)
     if not steps:
         d.notes.append(f"{p.name} holds no sample rows with a step and a memory metric.")
+    d.notes.append("An export has no per-worker history, allocator snapshot or census: open the "
+                   "run's OOM bundle (memwatch report BUNDLE) for those.")
     return d
 
 
