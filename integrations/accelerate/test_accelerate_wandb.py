@@ -1,0 +1,57 @@
+"""Acceptance (4): memwatch metrics reach an offline W&B run through ``accelerator.log``
+(``Accelerator(log_with="wandb")``), read back from the run's ``.wandb`` transaction log."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from accelerate_helpers import setup, train, wandb_history
+
+from memwatch import MemWatchWarning
+from memwatch.integrations.accelerate import attach
+
+wandb = pytest.importorskip("wandb")
+
+
+def test_metrics_and_findings_reach_an_offline_wandb_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    acc, model, opt, data = setup(n_batches=48, batch_size=128, width=2048, log_with="wandb",
+                                  project_dir=str(tmp_path))
+    acc.init_trackers("memwatch-accelerate-test",
+                      init_kwargs={"wandb": {"dir": str(tmp_path), "mode": "offline"}})
+    run_dir = Path(acc.get_tracker("wandb", unwrap=True).dir).parent
+    hook = attach(acc, opt, workers=False, log_every_n_steps=8)
+    assert Path(hook.memwatch.out_dir) == tmp_path / "memwatch"  # under the project dir
+    with pytest.warns(MemWatchWarning, match="leak"):
+        train(acc, model, opt, data, epochs=3, leak_from_epoch=1,
+              after_step=lambda n: acc.log({"train/loss_seen": 1.0}, step=n))
+    hook.detach()
+    acc.end_training()
+
+    # The offline writer is a separate process that may still be flushing after finish().
+    deadline = time.monotonic() + 30
+    rows: list[dict[str, object]] = []
+    while time.monotonic() < deadline:
+        logs = list(run_dir.glob("*.wandb"))
+        rows = wandb_history(logs[0]) if logs else []
+        if any("memwatch/findings/leak" in r for r in rows):
+            break
+        time.sleep(0.3)
+    rss = [(r["_step"], r["memwatch/host.rss_gib"]) for r in rows if "memwatch/host.rss_gib" in r]
+    # Every 8 optimizer steps, at memwatch's optimizer-step count (144 steps in 3 epochs).
+    assert [s for s, _ in rss] == list(range(8, 145, 8)), rss
+    assert all(isinstance(v, float) and 0.01 < v < 64 for _, v in rss)
+    # Same step axis as the loop's own metrics: the rows merge, none is dropped by W&B.
+    assert all("train/loss_seen" in r for r in rows if "memwatch/host.rss_gib" in r)
+    findings = [r for r in rows if "memwatch/findings/count" in r]
+    assert [r["_step"] for r in findings] == [48, 96, 144]
+    assert max(float(r.get("memwatch/findings/leak", 0)) for r in findings) >= 1  # type: ignore[arg-type]
+    assert any(k.startswith("memwatch/findings/leak.") and k.endswith("_mib_per_step")
+               for r in findings for k in r)
+    tables = list(run_dir.glob("files/media/table/memwatch/findings_table_*.table.json"))
+    assert tables, sorted(str(p) for p in run_dir.rglob("*"))
