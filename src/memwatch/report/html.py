@@ -402,19 +402,21 @@ def _details(p: _Page) -> None:
 
 
 # --------------------------------------------------------------------------- assembly
-def render(d: ReportData, plotly: str | None = None) -> str:
+def render(d: ReportData, plotly: str | None = None, with_charts: bool = True) -> str:
     """The report of ``d`` as one HTML document (never raises for missing data).
 
     ``plotly`` is the plotly.js text to inline; by default the ``plotly`` package's own copy.
-    Without it the charts are left out and the page says how to get them.
+    Without it (or with ``with_charts=False``) the charts are left out and the page says so.
     """
-    js = plotly if plotly is not None else charts.plotly_js()
+    js = None
+    if with_charts:
+        js = plotly if plotly is not None else charts.plotly_js()
     p = _Page(d, with_charts=js is not None)
     for name, fn in (("header", _header), ("memory", _memory), ("fullness", _fullness),
                      ("workers", _workers), ("findings", _findings), ("tensors", _tensors),
                      ("allocator", _allocator), ("history", _history), ("details", _details)):
         p.section(name, fn)
-    if js is None:
+    if js is None and with_charts:
         p.notes.insert(0, f"Charts are left out: plotly is not installed ({INSTALL_HINT}).")
     notes = ""
     if p.notes:
@@ -454,8 +456,19 @@ def write_html(html: str, path: str | os.PathLike[str]) -> Path:
 
 
 def render_bundle_html(bundle: Bundle, display_path: str | None = None) -> str:
-    """The report of ``bundle`` as one HTML string (raises BundleError on corrupted files)."""
-    return render(from_bundle(bundle, display_path))
+    """The report of ``bundle`` as one HTML string (raises BundleError on corrupted files).
+
+    Written by the flight recorder at the failure, when memory may be exhausted: if the page with
+    its 5 MB of inlined plotly.js does not fit, the tables alone are rendered (a few KiB), and
+    ``memwatch report BUNDLE`` renders the charts later, elsewhere.
+    """
+    d = from_bundle(bundle, display_path)
+    try:
+        return render(d)
+    except MemoryError:
+        d.notes.insert(0, "Charts are left out: memory was exhausted when this report was "
+                          "written. `memwatch report BUNDLE -o report.html` renders them.")
+        return render(d, with_charts=False)
 
 
 def render_run(mw: MemWatch, path: str | os.PathLike[str]) -> Path:
