@@ -125,7 +125,7 @@ class MemWatchCallback(TrainerCallback):
     Example::
 
         >>> from transformers import BertConfig, BertForSequenceClassification, Trainer
-        >>> from transformers import TrainingArguments
+        >>> from transformers import PrinterCallback, TrainingArguments
         >>> from memwatch.integrations.transformers import MemWatchCallback
         >>> cfg = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
         ...                  intermediate_size=64, vocab_size=100)
@@ -136,6 +136,7 @@ class MemWatchCallback(TrainerCallback):
         >>> cb = MemWatchCallback(workers=False)
         >>> trainer = Trainer(BertForSequenceClassification(cfg), args, train_dataset=data,
         ...                   callbacks=[cb])
+        >>> trainer.remove_callback(PrinterCallback)  # no printed log rows in this example
         >>> _ = trainer.train()
         >>> cb.memwatch.step_count, "memwatch/host.rss_gib" in trainer.state.log_history[0]
         (4, True)
@@ -559,7 +560,7 @@ def watch_trainer(trainer: Any, callback: MemWatchCallback | None = None,
     Example::
 
         >>> from transformers import BertConfig, BertForSequenceClassification, Trainer
-        >>> from transformers import TrainingArguments
+        >>> from transformers import PrinterCallback, TrainingArguments
         >>> from memwatch.integrations.transformers import watch_trainer
         >>> cfg = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
         ...                  intermediate_size=64, vocab_size=100)
@@ -567,6 +568,7 @@ def watch_trainer(trainer: Any, callback: MemWatchCallback | None = None,
         ...                          save_strategy="no", disable_tqdm=True)
         >>> trainer = Trainer(BertForSequenceClassification(cfg), args,
         ...                   train_dataset=[{"input_ids": [1, 2], "labels": 0}] * 4)
+        >>> trainer.remove_callback(PrinterCallback)  # no printed log rows in this example
         >>> with watch_trainer(trainer, workers=False) as cb:
         ...     _ = trainer.train()
         >>> cb.memwatch.step_count

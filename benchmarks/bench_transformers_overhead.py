@@ -1,0 +1,236 @@
+"""Overhead of ``memwatch.integrations.transformers.MemWatchCallback`` on a real ``Trainer.train``.
+
+The same training runs with no memory callback (baseline) and with ``MemWatchCallback()`` at its
+defaults, interleaved (each repeat runs both, in alternating order) so that load from other
+processes hits both alike. The model is a small BERT built from a config (nothing downloaded), on
+CPU, with the trainer logging every ``logging_steps=10`` steps (memwatch adds its keys to those
+rows) and ``report_to=[]``.
+
+Step time is the interval between consecutive ``on_step_begin`` calls of a timing callback present
+in both variants, so it includes everything the trainer does per optimizer step: data, forward,
+backward, optimizer, every callback, logging. The headline is the ratio of median step times to
+the baseline's in the same repeat (median over repeats). Target: memwatch <= 1.01. The callback's
+own ``on_step_end`` is timed too (a figure the machine's noise barely touches).
+
+    python benchmarks/bench_transformers_overhead.py           # full run, a few minutes on 2 cores
+    python benchmarks/bench_transformers_overhead.py --quick   # smoke run (the test suite's)
+
+Writes ``benchmarks/results/transformers_overhead.json``, or ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUT = HERE / "results" / "transformers_overhead.json"
+VARIANTS = ("baseline", "memwatch")
+TARGET = 1.01
+
+_HOOK_S: list[float] = []  # every timed MemWatchCallback.on_step_end
+_EPOCH_END_S: list[float] = []  # its on_epoch_end (verdicts, census)
+_BEGIN_S: list[float] = []  # its on_train_begin (MemWatch start: probes, sampler, recorder)
+
+
+def _train(variant: str, steps: int, epochs: int, hidden: int, seq: int, batch: int,
+           root: str) -> dict[str, Any]:
+    import torch
+    from torch.utils.data import TensorDataset
+    from transformers import (
+        BertConfig,
+        BertForSequenceClassification,
+        Trainer,
+        TrainerCallback,
+        TrainingArguments,
+    )
+
+    from memwatch.integrations.transformers import MemWatchCallback
+
+    class Timer(TrainerCallback):
+        def __init__(self) -> None:
+            self.stamps: list[float] = []
+            self.cpu: list[float] = []  # this thread's CPU time: blind to other processes
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.stamps.append(time.perf_counter())
+            self.cpu.append(time.thread_time())
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.stamps.append(time.perf_counter())
+            self.cpu.append(time.thread_time())
+
+    class TimedMemWatch(MemWatchCallback):
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            t = time.perf_counter()
+            super().on_step_end(args, state, control, **kw)
+            _HOOK_S.append(time.perf_counter() - t)
+
+        def on_epoch_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            t = time.perf_counter()
+            super().on_epoch_end(args, state, control, **kw)
+            _EPOCH_END_S.append(time.perf_counter() - t)
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            t = time.perf_counter()
+            super().on_train_begin(args, state, control, **kw)
+            _BEGIN_S.append(time.perf_counter() - t)
+
+    torch.manual_seed(0)
+    cfg = BertConfig(hidden_size=hidden, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=2 * hidden, vocab_size=1000, max_position_embeddings=seq)
+    per_epoch = max(steps // epochs, 1)
+    n = per_epoch * batch
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, 1000, (n, seq), generator=g)
+    labels = torch.randint(0, 2, (n,), generator=g)
+
+    def collate(rows: list[tuple[Any, Any]]) -> dict[str, Any]:
+        return {"input_ids": torch.stack([r[0] for r in rows]),
+                "labels": torch.stack([r[1] for r in rows])}
+
+    args = TrainingArguments(
+        output_dir=os.path.join(root, variant), use_cpu=True, per_device_train_batch_size=batch,
+        num_train_epochs=epochs, report_to=[], save_strategy="no", disable_tqdm=True,
+        logging_steps=10, seed=0, dataloader_num_workers=0,
+    )
+    timer = Timer()
+    callbacks: list[Any] = [timer]
+    if variant == "memwatch":
+        callbacks.insert(0, TimedMemWatch())
+    trainer = Trainer(BertForSequenceClassification(cfg), args,
+                      train_dataset=TensorDataset(ids, labels), data_collator=collate,
+                      callbacks=callbacks)
+    t0, c0 = time.perf_counter(), time.process_time()
+    trainer.train()
+    wall, proc = time.perf_counter() - t0, time.process_time() - c0
+    s, c = timer.stamps, timer.cpu
+    intervals = [b - a for a, b in zip(s, s[1:], strict=False)]
+    cpu = [b - a for a, b in zip(c, c[1:], strict=False)]
+    warm = min(5, len(intervals) // 4)  # first steps pay for lazy initialisation
+    return {"wall": intervals[warm:], "cpu": cpu[warm:], "wall_s": wall, "process_cpu_s": proc}
+
+
+def run(repeats: int, steps: int, epochs: int, hidden: int, seq: int, batch: int,
+        threads: int) -> dict[str, Any]:
+    import torch
+    import transformers
+
+    import memwatch
+
+    torch.set_num_threads(threads)
+    for lst in (_HOOK_S, _EPOCH_END_S, _BEGIN_S):
+        lst.clear()
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    per_repeat: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
+    pooled: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    with tempfile.TemporaryDirectory(prefix="memwatch-bench-hf-") as root:
+        for r in range(repeats):
+            order = VARIANTS if r % 2 == 0 else VARIANTS[::-1]  # no variant always goes first
+            for v in order:
+                got = _train(v, steps, epochs, hidden, seq, batch, os.path.join(root, str(r)))
+                iv = got["wall"]
+                pooled[v].extend(iv)
+                per_repeat[v].append({"median_s": statistics.median(iv),
+                                      "mean_s": statistics.fmean(iv), "wall_s": got["wall_s"],
+                                      "cpu_median_s": statistics.median(got["cpu"]),
+                                      "process_cpu_s": got["process_cpu_s"]})
+            print(f"repeat {r + 1}/{repeats}: " + "  ".join(
+                f"{v} {per_repeat[v][-1]['median_s'] * 1e3:.3f} ms" for v in VARIANTS),
+                flush=True)
+
+    def ratios(field: str) -> list[float]:
+        return [a[field] / b[field] for a, b in zip(per_repeat["memwatch"],
+                                                     per_repeat["baseline"], strict=True)]
+
+    result: dict[str, Any] = {
+        "benchmark": "transformers_overhead",
+        "what": "median step time of Trainer.train relative to no memory callback, interleaved",
+        "target_memwatch_ratio": TARGET,
+        "config": {"device": platform.processor() or platform.machine(), "repeats": repeats,
+                   "steps_per_run": steps, "epochs_per_run": epochs,
+                   "model": f"BERT 2 layers, hidden {hidden}, seq {seq}", "batch": batch,
+                   "torch_threads": threads, "logging_steps": 10, "report_to": []},
+        "step_ms": {v: {"median": statistics.median(pooled[v]) * 1e3,
+                        "mean": statistics.fmean(pooled[v]) * 1e3} for v in VARIANTS},
+        "ratio_median": statistics.median(ratios("median_s")),
+        "ratio_mean": statistics.median(ratios("mean_s")),
+        "ratio_median_per_repeat": ratios("median_s"),
+        "ratio_best": (min(x["median_s"] for x in per_repeat["memwatch"])
+                       / min(x["median_s"] for x in per_repeat["baseline"])),
+        "ratio_thread_cpu_median": statistics.median(ratios("cpu_median_s")),
+        "ratio_process_cpu": statistics.median(ratios("process_cpu_s")),
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "transformers": transformers.__version__, "memwatch": memwatch.__version__},
+        "host": {"machine": platform.machine(), "cpus": os.cpu_count(),
+                 "load_avg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None},
+    }
+    hooks = sorted(_HOOK_S)
+    if hooks:
+        base = result["step_ms"]["baseline"]["median"]
+        med_us = statistics.median(hooks) * 1e6
+        result["memwatch_hook_us"] = {
+            "median": med_us, "p99": hooks[int(0.99 * (len(hooks) - 1))] * 1e6,
+            "calls": len(hooks), "implied_ratio": (base + med_us / 1e3) / base,
+        }
+    if _EPOCH_END_S:
+        result["memwatch_epoch_end_ms"] = {"median": statistics.median(_EPOCH_END_S) * 1e3,
+                                           "max": max(_EPOCH_END_S) * 1e3}
+    if _BEGIN_S:
+        result["memwatch_train_begin_ms"] = {"median": statistics.median(_BEGIN_S) * 1e3}
+    result["memwatch_within_target"] = result["ratio_median"] <= TARGET
+    return result
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="a smoke run: few, short runs")
+    ap.add_argument("--repeats", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=None, help="optimizer steps per run")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch intra-op threads (1: steadier timings on a shared machine)")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args(argv)
+    quick = args.quick
+    repeats = args.repeats or (2 if quick else 9)
+    steps = args.steps or (16 if quick else 100)
+    hidden, seq, batch = (32, 32, 8) if quick else (64, 64, 8)
+    out = args.out or DEFAULT_OUT
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    warnings.filterwarnings("ignore", module="transformers")
+    res = run(repeats, steps, 2, hidden, seq, batch, args.threads)
+    res["quick"] = quick
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(res, indent=2) + "\n")
+    os.replace(tmp, out)  # atomic: a reader never sees half a file
+    print(f"\nmedian step time: baseline {res['step_ms']['baseline']['median']:.3f} ms "
+          f"({res['config']['model']}, batch {batch}, {args.threads} thread(s))")
+    print(f"  memwatch median step-time ratio {res['ratio_median']:.4f}   "
+          f"mean ratio (incl. epoch ends) {res['ratio_mean']:.4f}   "
+          f"thread-CPU median ratio {res['ratio_thread_cpu_median']:.4f}   "
+          f"best-repeat ratio {res['ratio_best']:.4f}")
+    if "memwatch_hook_us" in res:
+        h = res["memwatch_hook_us"]
+        print(f"  MemWatchCallback.on_step_end: median {h['median']:.1f} us, "
+              f"p99 {h['p99']:.1f} us -> implied ratio {h['implied_ratio']:.5f}")
+    if "memwatch_epoch_end_ms" in res:
+        print(f"  per epoch end: median {res['memwatch_epoch_end_ms']['median']:.1f} ms; "
+              f"on_train_begin {res['memwatch_train_begin_ms']['median']:.1f} ms (once per run)")
+    print(f"memwatch target <= {TARGET}: "
+          f"{'met' if res['memwatch_within_target'] else 'NOT met'}; wrote {out}")
+    return res
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
