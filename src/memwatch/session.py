@@ -353,8 +353,10 @@ class MemWatch:
         """Every N steps, on the training thread: sinks, watchdog, unclaimed OOM captures."""
         n = self.step_count
         if n >= self._sink_due:
-            self._sink_due = n + self.log_every_n_steps
-            self._sinks.metrics(n, self.latest())
+            every = self.log_every_n_steps
+            self._sink_due = (n // every + 1) * every
+            if n % every == 0:  # not after a jump (a resume that restored step_count)
+                self._sinks.metrics(n, self.latest())
         self._tick_due = min(self._watch_due, self._sink_due)
         if n < self._watch_due:
             return

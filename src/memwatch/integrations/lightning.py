@@ -90,6 +90,11 @@ class MemWatchCallback(Callback):
             the watchdog's ``on_forecast`` and ``on_critical`` actions.
         stop_checkpoint: where that checkpoint goes; default
             ``<out_dir>/memwatch-stop-step<N>.ckpt``.
+        wandb_sink: when the trainer has a ``WandbLogger``, add a
+            :class:`memwatch.sinks.wandb.WandbSink` on its run (charts keyed to the step, findings
+            table, leak charts, summary, bundle artifacts; see ``docs/wandb.md``); the callback
+            then leaves the training keys of that logger to the sink. Also pass your own with
+            ``sinks=[WandbSink(...)]``.
         **memwatch_options: passed to :class:`memwatch.MemWatch` (``device``, ``out_dir``,
             ``interval_s``, ``census``...). ``device`` defaults to the trainer's root device and
             ``out_dir`` to ``<trainer.default_root_dir>/memwatch``.
@@ -125,6 +130,7 @@ class MemWatchCallback(Callback):
         warn: bool = True,
         graceful_stop: bool = False,
         stop_checkpoint: str | os.PathLike[str] | None = None,
+        wandb_sink: bool = True,
         **memwatch_options: Any,
     ) -> None:
         if memwatch is not None and memwatch_options:
@@ -166,6 +172,9 @@ class MemWatchCallback(Callback):
         self.warn = bool(warn)
         self.graceful_stop = bool(graceful_stop)
         self.stop_checkpoint = None if stop_checkpoint is None else os.fspath(stop_checkpoint)
+        self.wandb_sink = bool(wandb_sink)
+        # Loggers whose training keys a memwatch W&B sink writes instead of this callback.
+        self._sink_loggers: set[int] = set()
 
         self.memwatch: MemWatch | None = memwatch
         self.eval_memwatch: dict[str, MemWatch] = {}
@@ -279,6 +288,7 @@ class MemWatchCallback(Callback):
             return
         if self._pending_state is not None:
             self._apply_pending_state()
+        self._attach_wandb_sink(trainer, mw)
         # The validation timeline starts now rather than at the first validation: its buffers
         # are then part of the first training epoch's floor instead of a step between epochs.
         if getattr(trainer, "limit_val_batches", 1) != 0:
@@ -316,7 +326,27 @@ class MemWatchCallback(Callback):
             # One process, one flight recorder: the training session owns bundles, signal
             # handlers and the watchdog; an evaluation timeline only samples and judges.
             opts.update(recorder=False, signals=False, watchdog=False)
+            opts.pop("sinks", None)  # the user's sinks watch training; never closed by an eval
         return MemWatch(**opts)
+
+    def _attach_wandb_sink(self, trainer: Any, mw: MemWatch) -> None:
+        try:
+            from memwatch.sinks.wandb import WandbSink
+
+            loggers = [lg for lg in getattr(trainer, "loggers", ())
+                       if type(lg).__name__ == "WandbLogger"]
+            if not loggers:
+                return
+            present = any(isinstance(s, WandbSink) for s in getattr(mw, "_sinks", None) or ())
+            if not present and self.wandb_sink:
+                if "log_every_n_steps" not in self._options and mw is not self._given:
+                    mw.log_every_n_steps = self._every  # the trainer's logging cadence
+                mw.add_sink(WandbSink(run=loggers[0]))
+                present = True
+            if present:
+                self._sink_loggers.update(id(lg) for lg in loggers)
+        except Exception as e:  # noqa: BLE001
+            log.warning("memwatch: W&B sink not attached (%s: %s)", type(e).__name__, e)
 
     def _on_train_start(self, trainer: Any) -> None:
         self._last_global_step = trainer.global_step
@@ -354,13 +384,14 @@ class MemWatchCallback(Callback):
         except Exception as e:  # noqa: BLE001
             log.debug("memwatch: no sample to log (%s)", e)
             return
-        self._log_metrics(trainer, metrics, step)
+        self._log_metrics(trainer, metrics, step, train=True)
 
-    def _log_metrics(self, trainer: Any, metrics: dict[str, float], step: int) -> None:
+    def _log_metrics(self, trainer: Any, metrics: dict[str, float], step: int,
+                     train: bool = False) -> None:
         if not metrics:
             return
         for logger in getattr(trainer, "loggers", ()):
-            if id(logger) in self._logging_broken:
+            if id(logger) in self._logging_broken or (train and id(logger) in self._sink_loggers):
                 continue
             try:
                 logger.log_metrics(metrics, step=step)
@@ -383,7 +414,8 @@ class MemWatchCallback(Callback):
                            step: int) -> None:
         rows = [finding_row(f, stage) for f in findings]
         for logger in getattr(trainer, "loggers", ()):
-            if id(logger) in self._logging_broken:
+            if id(logger) in self._logging_broken or (
+                    stage == "train" and id(logger) in self._sink_loggers):
                 continue
             try:
                 if callable(getattr(logger, "log_table", None)):  # W&B
@@ -406,7 +438,8 @@ class MemWatchCallback(Callback):
                 f.evidence.setdefault("stage", stage)
         self.findings.extend(new)
         del self.findings[:-_MAX_FINDINGS]  # bounded, like the session's own list
-        self._log_metrics(trainer, findings_metrics(new, stage=stage), step)
+        self._log_metrics(trainer, findings_metrics(new, stage=stage), step,
+                          train=stage == "train")
         if new:
             self._log_findings_text(trainer, new, stage, step)
         if self.warn:
@@ -480,7 +513,7 @@ class MemWatchCallback(Callback):
 
     def _log_bundle(self, trainer: Any, path: Path) -> None:
         step = _logger_step(trainer, trainer.global_step)
-        self._log_metrics(trainer, {f"{PREFIX}/oom": 1.0}, step)
+        self._log_metrics(trainer, {f"{PREFIX}/oom": 1.0}, step, train=True)
         for logger in getattr(trainer, "loggers", ()):
             try:
                 # Hyperparameters are the one text channel every Lightning logger has (CSV writes

@@ -1,0 +1,36 @@
+"""A scripted leak on a FakeDevice, shared by the sink tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import memwatch
+from memwatch.testing import FakeDevice
+
+GIB, MIB = 1 << 30, 1 << 20
+
+
+def leak_run(tmp_path: Path, sinks: list[Any], epochs: int = 3, steps: int = 100,
+             every: int = 25, oom: bool = False, **kw: Any) -> memwatch.MemWatch:
+    """A FakeDevice run leaking 2 MiB per step (a leak verdict from the second epoch end)."""
+    dev = FakeDevice(total_bytes=8 * GIB)
+    rng = np.random.default_rng(0)
+    with memwatch.watch(device=dev, host=False, workers=False, out_dir=str(tmp_path / "mw"),
+                        census="never", sinks=sinks, log_every_n_steps=every, **kw) as mw:
+        s = 0
+        for _ in range(epochs):
+            for _ in range(steps):
+                dev.set(allocated=int(GIB + s * 2 * MIB + rng.normal(0, 1e5)))
+                mw.step()
+                s += 1
+            mw.end_epoch()
+        if oom:
+            with pytest.raises(Exception) as ei:  # noqa: PT011 - torch's OOM type
+                with mw.capture_oom():
+                    dev.malloc(16 * GIB)
+            assert ei.value.memwatch_bundle is not None  # type: ignore[attr-defined]
+    return mw
