@@ -1,0 +1,62 @@
+"""The callback's contract beyond the acceptance suites: configuration errors, the watchdog's stop
+mapped to ``control.should_save``/``should_training_stop``, gradient accumulation, and a callback
+added after the trainer was built."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hf_helpers import LeakyTrainer, Tokens, make_args, tiny_bert
+from transformers import TrainerCallback
+
+from memwatch import ConfigError, MemWatchWarning
+from memwatch.integrations.transformers import MemWatchCallback
+from memwatch.testing import FakeDevice
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"log_every_n_steps": 0}, "log_every_n_steps=0"),
+    ({"recovered_oom": "loud"}, "recovered_oom='loud'"),
+    ({"not_an_option": 1}, "not_an_option"),
+])
+def test_bad_configuration_fails_at_construction(kwargs: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        MemWatchCallback(**kwargs)  # type: ignore[arg-type]
+
+
+class _FillDevice(TrainerCallback):
+    def __init__(self, dev: FakeDevice, at_step: int) -> None:
+        self.dev, self.at_step = dev, at_step
+
+    def on_step_begin(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
+        if state.global_step + 1 >= self.at_step:
+            self.dev.set(allocated=int(self.dev.total * 0.97))  # past the critical threshold
+
+
+def test_watchdog_stop_saves_a_checkpoint_and_stops(tmp_path: Path) -> None:
+    dev = FakeDevice(total_bytes=1 << 30)
+    cb = MemWatchCallback(workers=False, device=dev, graceful_stop=True,
+                          watchdog={"every_n_steps": 1, "on_critical": ("stop",),
+                                    "on_warning": ()})
+    trainer = LeakyTrainer(tiny_bert(), make_args(tmp_path, num_train_epochs=1),
+                           train_dataset=Tokens(80), callbacks=[cb, _FillDevice(dev, 3)])
+    with pytest.warns(MemWatchWarning) as caught:  # the stop, and the near-OOM finding
+        trainer.train()
+    assert any("stopping training" in str(w.message) for w in caught)
+    assert cb.stopped_by_memwatch
+    assert trainer.state.global_step == 3  # of 10
+    assert (tmp_path / "out" / "checkpoint-3").is_dir()  # although save_strategy="no"
+
+
+def test_gradient_accumulation_samples_optimizer_steps_and_late_add(tmp_path: Path) -> None:
+    args = make_args(tmp_path, num_train_epochs=1, gradient_accumulation_steps=4,
+                     per_device_train_batch_size=2, logging_steps=1)
+    trainer = LeakyTrainer(tiny_bert(), args, train_dataset=Tokens(32))
+    cb = MemWatchCallback(workers=False)
+    trainer.add_callback(cb)  # after construction: found again at on_train_begin
+    trainer.train()
+    assert cb.trainer is trainer
+    assert cb.memwatch is not None and cb.memwatch.step_count == 4  # 16 micro-batches / 4
+    rows = [r for r in trainer.state.log_history if "loss" in r]
+    assert len(rows) == 4 and all("memwatch/host.rss_gib" in r for r in rows)
