@@ -60,3 +60,28 @@ def test_gradient_accumulation_samples_optimizer_steps_and_late_add(tmp_path: Pa
     assert cb.memwatch is not None and cb.memwatch.step_count == 4  # 16 micro-batches / 4
     rows = [r for r in trainer.state.log_history if "loss" in r]
     assert len(rows) == 4 and all("memwatch/host.rss_gib" in r for r in rows)
+
+
+class _FailOnce(LeakyTrainer):
+    failed = False
+
+    def compute_loss(self, model, inputs, return_outputs=False,  # type: ignore[no-untyped-def]
+                     num_items_in_batch=None):
+        if not self.failed and self.state.global_step == 2:
+            self.failed = True
+            raise ValueError("boom")
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+
+def test_train_again_after_a_caught_exception_is_not_a_recovered_oom(tmp_path: Path) -> None:
+    cb = MemWatchCallback(workers=False, signals=False)
+    trainer = _FailOnce(tiny_bert(), make_args(tmp_path, num_train_epochs=1),
+                        train_dataset=Tokens(32), callbacks=[cb])
+    with pytest.raises(ValueError, match="boom"):
+        trainer.train()
+    first = cb.memwatch
+    assert first is not None and first.running  # no on_train_end after a crash
+    trainer.train()
+    assert not first.running and cb.memwatch is not first
+    assert cb.recovered_ooms == []
+    assert cb.memwatch is not None and cb.memwatch.step_count == 4

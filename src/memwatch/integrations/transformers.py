@@ -319,17 +319,23 @@ class MemWatchCallback(TrainerCallback):
 
     # ------------------------------------------------------------------ training lifecycle
     def _on_train_begin(self, args: Any, state: Any) -> None:
-        # Again at every run: callbacks may have been added since __init__.
-        self.attach(self.trainer if self.trainer is not None else _calling_trainer())
+        # Again at every run: callbacks may have been added since __init__, and a callback may
+        # be reused by another trainer.
+        self.attach(_calling_trainer() or self.trainer)
         if self.trainer is None and not self._warned_order:
             self._warned_order = True
             log.warning("memwatch: the Trainer was not found; memwatch keys reach log_history "
                         "and callbacks after this one only. Use memwatch.integrations."
                         "transformers.watch_trainer(trainer) to attach it explicitly.")
         if self._attempt_open:
-            # train() called the loop again without on_train_end: a batch-size finder caught an
-            # OOM and retries with a smaller batch.
-            self._recovered(state)
+            if getattr(args, "auto_find_batch_size", False):
+                # The loop runs again without on_train_end: the batch-size finder caught an OOM
+                # and retries with a smaller batch.
+                self._recovered(state)
+            else:
+                # A previous train() died and the program caught the exception: its sessions
+                # close now (an unclaimed OOM capture becomes its bundle, as usual).
+                self.close()
         self._device = _device_of(args, self._options)
         self._out_dir = _out_dir_of(args, self._options)
         self.train_batch_size = _int_or_none(getattr(state, "train_batch_size", None))
