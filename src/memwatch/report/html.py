@@ -157,7 +157,7 @@ class _Page:
 def _header(p: _Page) -> None:
     d = p.d
     p.add(f"<h1>{_e(d.title)}</h1>")
-    p.add("<p class='meta muted'>" + "".join(
+    p.add("<p class='meta muted'>" + " ".join(
         f"<span>{_e(k)}: <b>{_e(v)}</b></span>" for k, v in d.meta) + "</p>")
     if d.headline:
         p.add(f"<p class='headline'>{_e(d.headline)}</p>")
