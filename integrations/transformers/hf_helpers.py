@@ -105,3 +105,26 @@ class DeviceHungryTrainer(Trainer):
         finally:
             self.fake_device.free(h)
         return (outputs.loss, outputs) if return_outputs else outputs.loss
+
+
+class EvalLeakTrainer(Trainer):
+    """The classic evaluation leak: every evaluation step's outputs are kept "for later metrics"
+    in ``self.all_hidden`` and never cleared (192 KiB per evaluation step at batch 8), from the
+    second evaluation on."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.all_hidden: list[Any] = []
+        self.evaluations = 0
+
+    def evaluate(self, *a: Any, **kw: Any) -> Any:
+        self.evaluations += 1
+        return super().evaluate(*a, **kw)
+
+    def prediction_step(self, model: Any, inputs: Any, prediction_loss_only: bool,
+                        ignore_keys: Any = None) -> Any:
+        with torch.no_grad():
+            outputs = model(**inputs)
+        if self.evaluations >= 2:
+            self.all_hidden.append(outputs.hidden_states)  # the planted bug
+        return outputs.loss.detach(), None, None
