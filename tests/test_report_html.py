@@ -59,7 +59,7 @@ def test_bundle_report_sections(bundle: Path, tmp_path: Path) -> None:
     assert not re.search(r"<(script|link|img|iframe)[^>]*\s(src|href)=", html)
     titles = fig_titles(html)
     assert titles[:2] == ["device.allocated", "device.reserved"]
-    assert "Allocator segments at the failure (address order)" in titles
+    assert "Allocator segments (address order)" in titles
     assert "Allocation timeline (recorded history)" in titles
     alloc = figures(html)[0]
     names = [t["name"] for t in alloc["data"]]
@@ -112,7 +112,7 @@ def test_bundle_without_history_or_timeline(tmp_path: Path) -> None:
     html = render_bundle_html(open_bundle(b))
     assert "No memory samples recorded" in html and "no timeline samples" in html
     assert "Trimmed to fit the bundle size cap: timeline.jsonl" in html
-    assert "Allocator segments at the failure" in html
+    assert "<h2>Allocator at the failure</h2>" in html and "Allocator segments" in html
 
 
 def test_unsafe_snapshot_is_a_note_not_a_failure(bundle: Path, tmp_path: Path) -> None:
@@ -165,6 +165,21 @@ def test_live_run_report(live: memwatch.MemWatch, tmp_path: Path) -> None:
     for f in d.findings:
         assert f"<b>{f['kind']}</b> on <code>{f['metric']}</code>" in html, f
     assert "per-worker growth" in html  # how to read the workers chart
+
+
+def test_live_run_on_a_device_shows_the_allocator_now(tmp_path: Path) -> None:
+    dev = rb.HistoryDevice(256 * MIB)
+    cache: list[int] = []
+    with memwatch.watch(device=dev, workers=False, out_dir=tmp_path, signals=False,
+                        watchdog=False) as mw:
+        for _ in range(30):
+            rb.train_step(dev)
+            rb.cache_activations(dev, cache)
+            mw.step()
+        html = render_run(mw, tmp_path / "r.html").read_text()
+    assert "<h2>Allocator now</h2>" in html and "Allocator segments (address order)" in html
+    assert "Allocation timeline (recorded history)" in fig_titles(html)
+    assert "cache_activations" in html
 
 
 def test_trend_fit_needs_real_growth() -> None:

@@ -192,7 +192,7 @@ def segments_chart(view: dict[str, Any], max_segments: int = 300) -> dict[str, A
         {"type": "bar", "name": "free (cached, inside the segment)", "x": x,
          "y": [round(s["free"] / scale, 4) for s in segs], "marker": {"color": "#ff7f0e"}},
     ]
-    layout = _layout("Allocator segments at the failure (address order)", unit, height=320)
+    layout = _layout("Allocator segments (address order)", unit, height=320)
     layout["barmode"] = "stack"
     layout["xaxis"] = {"title": {"text": "segment"}, "type": "category"}
     layout["hovermode"] = "closest"

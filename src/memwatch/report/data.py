@@ -140,6 +140,16 @@ def from_run(mw: MemWatch) -> ReportData:
     d.findings = [f.to_dict() for f in mw.findings]
     d.workers = _live_workers(mw)
     d.fullness = _fullness_from(mw.latest(), d.limits)
+    dev = mw.device
+    if dev is not None and mw.running:
+        # The allocator as it is now (segments, blocks, history when recorded): what a bundle
+        # shows at a failure, for a run that is still alive.
+        try:
+            d.allocator_stats = {"memory_stats": dev.memory_stats()}
+            snap = getattr(dev, "snapshot", None)
+            d.snapshot = snap() if snap is not None else None
+        except Exception as e:  # noqa: BLE001
+            d.notes.append(f"Allocator state unavailable ({type(e).__name__}: {e}).")
     if mw.disabled:
         d.notes.extend(f"{k} was disabled during the run: {v}" for k, v in mw.disabled.items())
     bundles = list(getattr(mw.recorder, "bundles", []) or [])

@@ -321,7 +321,8 @@ def _allocator(p: _Page) -> None:
             p.add("<h2>Allocator at the failure</h2><p class='muted'>No allocator snapshot or "
                   "statistics in this bundle (a host-only run has no device allocator).</p>")
         return
-    p.add("<h2>Allocator at the failure</h2>")
+    p.add("<h2>Allocator at the failure</h2>" if d.source == "bundle" else
+          "<h2>Allocator now</h2>")
     if view is not None:
         fr = view["fragmentation"]
         line = (f"{fr['segments']} segments hold {fmt_bytes(fr['reserved'])}: "
