@@ -412,7 +412,19 @@ def _csv_value(v: str | None) -> Any:
 # --------------------------------------------------------------------------- trends
 @dataclasses.dataclass
 class TrendLine:
-    """A fitted line over a metric's held memory and, when it grows, its forecast."""
+    """A fitted line over a metric's held memory and, when it grows, its forecast.
+
+    Example::
+
+        >>> from memwatch.report.data import ReportData, fit_trend
+        >>> steps = list(range(1, 201))
+        >>> d = ReportData(title="t", source="export", steps=steps,
+        ...                values={"host.rss": [2**30 + s * 2**20 for s in steps]},
+        ...                limits={"host.rss": 4 * 2**30})
+        >>> t = fit_trend(d, "host.rss")
+        >>> t.significant, t.slope == 2**20, round(t.limit_step)
+        (True, True, 3072)
+    """
 
     metric: str
     x0: float
