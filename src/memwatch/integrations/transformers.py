@@ -372,8 +372,10 @@ class MemWatchCallback(TrainerCallback):
         opts.setdefault("device", self._device)
         opts.setdefault("out_dir", self._out_dir)
         if for_eval:
-            # One process, one flight recorder: training owns bundles, signals and the watchdog.
+            # One process, one flight recorder: training owns bundles, signals and the watchdog;
+            # and the sinks, whose series are training's (evaluation is logged under val/).
             opts.update(recorder=False, signals=False, watchdog=False)
+            opts.pop("sinks", None)
         return MemWatch(**opts)
 
     def _on_train_end(self, state: Any) -> None:
