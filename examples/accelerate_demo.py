@@ -2,9 +2,10 @@
 
 The model below keeps every batch's hidden activations in ``self.history`` *with their autograd
 graph* (a debugging line left in ``forward``), so memory grows by about 2 MiB per optimizer step
-(256 KiB in quick mode) from the second epoch on. ``attach(accelerator, optimizer)`` samples memory at every real optimizer step
-(gradient accumulation: once per 2 batches here), ends an epoch when the prepared DataLoader is
-exhausted, and at each epoch end says whether memory is leaking, how fast, and what holds it.
+(256 KiB in quick mode) from the second epoch on. ``attach(accelerator, optimizer)`` samples
+memory at every real optimizer step (gradient accumulation: once per 2 batches here), ends an
+epoch when the prepared DataLoader is exhausted, and at each epoch end says whether memory is
+leaking, how fast, and what holds it.
 
 Metrics go through ``accelerator.log``: to an offline W&B run when ``wandb`` is installed
 (nothing leaves the machine), else to no tracker at all (memwatch still samples and judges).
