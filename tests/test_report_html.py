@@ -220,6 +220,9 @@ def test_export_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert len(d.steps) == 120 and d.steps[0] == 1 and "host.rss" in d.values
     assert [e["end_step"] for e in d.epochs] == [40, 80, 120]
     assert len(d.findings) == len(mw.findings)
+    for f in mw.findings:  # a verdict's limit stands in for the limits an export lacks
+        if "limit_bytes" in f.evidence:
+            assert d.limits[f.metric] == f.evidence["limit_bytes"]
     out = tmp_path / "from-jsonl.html"
     assert main(["report", str(log), "-o", str(out)]) == 0
     assert "host.rss" in fig_titles(out.read_text())

@@ -380,6 +380,12 @@ def from_export(path: str | os.PathLike[str]) -> ReportData:
             named = _metric_name(str(col))
             if named is not None and _num(v) is not None:
                 row[named[0]] = float(v) * named[1]
+    for f in d.findings:
+        # An export carries no limits, but a verdict states the one it forecast against.
+        ev = f.get("evidence") if isinstance(f.get("evidence"), dict) else {}
+        lim = _num(ev.get("limit_bytes"))
+        if lim and isinstance(f.get("metric"), str) and f["metric"] not in d.limits:
+            d.limits[f["metric"]] = lim
     if len(ranks) > 1:
         d.notes.append(f"The file mixes ranks {sorted(map(str, ranks))}; their samples are merged "
                        "by step (export one file per rank for a per-rank report).")

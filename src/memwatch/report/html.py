@@ -67,7 +67,8 @@ td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 pre{background:#f6f6f6;padding:.8em;overflow:auto;max-height:28em;font-size:12px;
 white-space:pre-wrap;word-break:break-word}
 .sev-critical{color:#b00020;font-weight:700}.sev-warning{color:#a65f00;font-weight:600}
-.sev-info{color:#2a6f2a}.muted{color:#777}.meta span{margin-right:1.2em;white-space:nowrap}
+.sev-info{color:#2a6f2a}.muted{color:#777}
+.meta span{margin-right:1.2em;display:inline-block;max-width:100%;overflow-wrap:anywhere}
 .chart{min-height:300px;border:1px solid #eee;margin:.6em 0 .2em}
 .caption{font-size:12.5px;color:#555;margin:0 0 1em}
 .finding{border:1px solid #e4e4e4;border-left:4px solid #999;padding:.5em .9em;margin:.6em 0}
