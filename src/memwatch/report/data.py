@@ -382,8 +382,8 @@ def from_export(path: str | os.PathLike[str]) -> ReportData:
                 row[named[0]] = float(v) * named[1]
     for f in d.findings:
         # An export carries no limits, but a verdict states the one it forecast against.
-        ev = f.get("evidence") if isinstance(f.get("evidence"), dict) else {}
-        lim = _num(ev.get("limit_bytes"))
+        ev = f.get("evidence")
+        lim = _num(ev.get("limit_bytes")) if isinstance(ev, dict) else None
         if lim and isinstance(f.get("metric"), str) and f["metric"] not in d.limits:
             d.limits[f["metric"]] = lim
     if len(ranks) > 1:
