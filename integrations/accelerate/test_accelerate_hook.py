@@ -4,11 +4,14 @@ optimizer step, skipped steps do not count, epoch ends from prepared DataLoaders
 from __future__ import annotations
 
 import doctest
+import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
+from accelerate.tracking import GeneralTracker
 from accelerate_helpers import loader, setup, train
 
 import memwatch
@@ -125,8 +128,9 @@ def test_attaching_again_moves_the_hook_to_the_new_optimizer(tmp_path: Path) -> 
     train(acc, model, opt2, data, epochs=1)
     assert hook.memwatch.step_count == 8 and hook.memwatch.epoch == 2
     hook.detach()
-    assert attach(acc, opt2, workers=False, out_dir=str(tmp_path)) is not hook  # a fresh one
-    mw_acc._HOOKS[acc].detach()
+    fresh = attach(acc, opt2, workers=False, out_dir=str(tmp_path))
+    assert fresh is not hook
+    fresh.detach()
 
 
 def test_bad_configuration_names_the_option(tmp_path: Path) -> None:
@@ -159,3 +163,77 @@ def test_a_clean_run_is_silent_and_logs_nothing_without_trackers(tmp_path: Path)
 def test_docstring_examples_run(tmp_path: Path) -> None:
     res = doctest.testmod(mw_acc, extraglobs={"tmp": str(tmp_path)}, optionflags=doctest.ELLIPSIS)
     assert res.attempted >= 10 and res.failed == 0, res
+
+
+class ListTracker(GeneralTracker):
+    """An in-memory Accelerate tracker: keeps every ``(step, values)`` it is given."""
+
+    name = "list"
+    requires_logging_directory = False
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.rows: list[tuple[int | None, dict[str, Any]]] = []
+        self.fail = fail
+
+    @property
+    def tracker(self) -> Any:
+        return self
+
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        if self.fail:
+            raise OSError("disk full")
+        self.rows.append((step, dict(values)))
+
+
+def test_log_interval_and_step_axis(tmp_path: Path) -> None:
+    tracker = ListTracker()
+    acc, model, opt, data = setup(n_batches=12, log_with=[tracker])
+    acc.init_trackers("t")
+    hook = attach(acc, opt, workers=False, out_dir=str(tmp_path), log_every_n_steps=4)
+    train(acc, model, opt, data, epochs=1)
+    samples = [s for s, v in tracker.rows if "memwatch/host.rss_gib" in v]
+    assert samples == [4, 8, 12]
+    assert [s for s, v in tracker.rows if "memwatch/findings/count" in v] == [12]
+    hook.detach()
+
+    # The loop's own axis: a callable; or None, each tracker's own counter.
+    mine = [1000]
+    tracker.rows.clear()
+    hook = attach(acc, opt, workers=False, out_dir=str(tmp_path), log_every_n_steps=6,
+                  step=lambda: mine[0])
+    train(acc, model, opt, data, epochs=1)
+    assert [s for s, v in tracker.rows if "memwatch/host.rss_gib" in v] == [1000, 1000]
+    hook.detach()
+    tracker.rows.clear()
+    hook = attach(acc, opt, workers=False, out_dir=str(tmp_path), log_every_n_steps=6, step=None)
+    train(acc, model, opt, data, epochs=1)
+    assert [s for s, v in tracker.rows if "memwatch/host.rss_gib" in v] == [None, None]
+    hook.detach()
+
+
+def test_a_failing_tracker_disables_logging_not_training(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    acc, model, opt, data = setup(n_batches=8, log_with=[ListTracker(fail=True)])
+    acc.init_trackers("t")
+    hook = attach(acc, opt, workers=False, out_dir=str(tmp_path), log_every_n_steps=2)
+    with caplog.at_level(logging.WARNING, logger="memwatch"):
+        train(acc, model, opt, data, epochs=2)
+    assert hook.memwatch.step_count == 16 and hook.memwatch.epoch == 2  # still sampling
+    failures = [r for r in caplog.records if "accelerator.log disabled" in r.getMessage()]
+    assert len(failures) == 1, caplog.text  # one warning, then silence
+    hook.detach()
+
+
+def test_a_loader_made_by_skip_first_batches_is_watched_on_request(tmp_path: Path) -> None:
+    acc, model, opt, data = setup(n_batches=8)
+    hook = attach(acc, opt, workers=False, out_dir=str(tmp_path))
+    resumed = acc.skip_first_batches(data, 3)  # not a prepared loader: unknown to the hook
+    train(acc, model, opt, resumed, epochs=1)
+    assert hook.memwatch.step_count == 5 and hook.memwatch.epoch == 0
+    hook.watch_dataloader(resumed)
+    train(acc, model, opt, resumed, epochs=1)
+    assert hook.memwatch.epoch == 1 and hook.memwatch.epochs[-1].n_steps == 10  # 5 + 5
+    hook.detach()
+    assert "end" not in vars(resumed)

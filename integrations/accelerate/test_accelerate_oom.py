@@ -8,6 +8,7 @@ proportional to the batch size on the fake device, whose allocator calls the OOM
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,31 @@ def test_an_oom_that_ends_the_loop_leaves_one_bundle(tmp_path: Path) -> None:
     assert hook.bundle_path is not None and hook.bundle_path.exists()
     assert _bundles(tmp_path) == [hook.bundle_path]
     assert len(opt.optimizer._optimizer_step_post_hooks) == 0  # detached on the way out
+
+
+def test_an_oom_the_loop_catches_itself_is_not_a_batch_size_retry(tmp_path: Path) -> None:
+    # Outside find_executable_batch_size the hook claims nothing: the recorder keeps the
+    # pre-unwind capture and writes it as an "oom_observer" bundle, as it does without Accelerate.
+    dev = FakeDevice(total_bytes=64 * MIB)
+    acc = Accelerator(cpu=True)
+    model = Regressor(64)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    model, opt, data = acc.prepare(model, opt, loader(6, 16))
+    hook = attach(acc, opt, device=dev, workers=False, out_dir=str(tmp_path))
+    skipped = 0
+    for i, (x, y) in enumerate(data):
+        try:
+            h = dev.malloc((100 if i == 2 else 1) * MIB)  # one oversized batch
+        except torch.OutOfMemoryError:
+            skipped += 1
+            continue
+        acc.backward(F.mse_loss(model(x), y))
+        opt.step()
+        opt.zero_grad()
+        dev.free(h)
+    assert skipped == 1 and hook.memwatch.step_count == 5
+    assert hook.recovered_oom_count == 0 and hook.batch_size is None
+    hook.detach()
+    bundles = _bundles(tmp_path)
+    assert len(bundles) == 1
+    assert json.loads((bundles[0] / "manifest.json").read_text())["trigger"] == "oom_observer"

@@ -82,7 +82,8 @@ _MARK = "_memwatch_hook_wrapper"
 # One hook per Accelerator: attaching again (typically inside a function that
 # find_executable_batch_size re-runs with a smaller batch) moves the hook to the new optimizer and
 # keeps its timeline, findings and OOM history.
-_HOOKS: weakref.WeakKeyDictionary[Any, AccelerateHook] = weakref.WeakKeyDictionary()
+# Values are weak too: a hook holds its accelerator, and a strong value would keep the key alive.
+_HOOKS: weakref.WeakKeyDictionary[Any, weakref.ref[AccelerateHook]] = weakref.WeakKeyDictionary()
 
 
 def attach(accelerator: Any, optimizer: Any = None, **options: Any) -> AccelerateHook:
@@ -119,13 +120,14 @@ def attach(accelerator: Any, optimizer: Any = None, **options: Any) -> Accelerat
         >>> hook.detach()
     """
     _check_accelerator(accelerator)
-    existing = _HOOKS.get(accelerator)
+    ref = _HOOKS.get(accelerator)
+    existing = ref() if ref is not None else None
     if existing is not None and existing.attached:
         existing.watch_optimizer(optimizer)
         return existing
     hook = AccelerateHook(accelerator, optimizer, **options)
     hook.start()
-    _HOOKS[accelerator] = hook
+    _HOOKS[accelerator] = weakref.ref(hook)
     return hook
 
 
@@ -292,7 +294,8 @@ class AccelerateHook:
         self._loaders.clear()
         self._pass_start.clear()
         self.memwatch.close()  # idempotent, never raises
-        if _HOOKS.get(self.accelerator) is self:
+        ref = _HOOKS.get(self.accelerator)
+        if ref is not None and ref() is self:
             del _HOOKS[self.accelerator]
 
     def __enter__(self) -> AccelerateHook:
