@@ -287,15 +287,15 @@ class AccelerateHook:
             except Exception:  # noqa: BLE001
                 pass
             self._handle = None
-        for ref in self._loaders:
-            dl = ref()
+        for loader_ref in self._loaders:
+            dl = loader_ref()
             if dl is not None:
                 _unwrap_loader(dl)
         self._loaders.clear()
         self._pass_start.clear()
         self.memwatch.close()  # idempotent, never raises
-        ref = _HOOKS.get(self.accelerator)
-        if ref is not None and ref() is self:
+        mine = _HOOKS.get(self.accelerator)
+        if mine is not None and mine() is self:
             del _HOOKS[self.accelerator]
 
     def __enter__(self) -> AccelerateHook:
