@@ -57,8 +57,8 @@ CHILD = textwrap.dedent(
             for line in f:
                 if line.startswith("VmSize:"):
                     return int(line.split()[1]) * 1024
-    # 1.5 GiB of headroom over what is mapped now: the 64 MiB-a-step cache exhausts it.
-    resource.setrlimit(resource.RLIMIT_AS, (vm_size() + (3 << 29), resource.RLIM_INFINITY))
+    # 1 GiB of headroom over what is mapped now: the 64 MiB-a-step cache exhausts it.
+    resource.setrlimit(resource.RLIMIT_AS, (vm_size() + (1 << 30), resource.RLIM_INFINITY))
     trainer.train()  # dies here; nothing catches the exception
     """
 )
