@@ -277,6 +277,7 @@ sys.modules["rich"] = None
 from memwatch.cli import main
 assert main(["report", {str(bundle)!r}, "-o", {str(tmp_path / "r.html")!r}]) == 0
 assert main(["inspect", {str(bundle)!r}, "--format", "auto"]) == 0
+assert main(["inspect", {str(bundle)!r}, "--format", "rich"]) == 2
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -285,3 +286,6 @@ assert main(["inspect", {str(bundle)!r}, "--format", "auto"]) == 0
             "(pip install &#x27;memwatch[report]&#x27;)") in html
     assert "<script type='application/json'" not in html and "Largest live blocks" in html
     assert "How full memory was" in r.stdout and "Largest live tensors" in r.stdout
+    assert r.stderr.strip().splitlines()[-1] == (
+        "memwatch inspect: error: the rich terminal view needs rich: "
+        "pip install 'memwatch[report]'")

@@ -11,6 +11,7 @@ import argparse
 
 from memwatch.bundle import open_bundle
 from memwatch.cli._base import Command
+from memwatch.errors import MemwatchError
 from memwatch.evidence import segments_summary
 from memwatch.report.summary import summarize
 from memwatch.report.terminal import print_summary
@@ -41,5 +42,8 @@ class InspectCommand(Command):
                      f"{fmt_bytes(seg['reserved_bytes'])} reserved, "
                      f"{fmt_bytes(seg['allocated_bytes'])} allocated, largest free block "
                      f"{fmt_bytes(seg['largest_free_block_bytes'])}\n")
-        print_summary(summary, tail_rows=max(args.rows, 0), fmt=args.format, extra=extra)
+        try:
+            print_summary(summary, tail_rows=max(args.rows, 0), fmt=args.format, extra=extra)
+        except ImportError as e:  # --format rich without rich: one line, exit code 2
+            raise MemwatchError(str(e)) from None
         return 0
