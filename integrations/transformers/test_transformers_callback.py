@@ -85,3 +85,13 @@ def test_train_again_after_a_caught_exception_is_not_a_recovered_oom(tmp_path: P
     assert not first.running and cb.memwatch is not first
     assert cb.recovered_ooms == []
     assert cb.memwatch is not None and cb.memwatch.step_count == 4
+
+
+def test_log_every_n_steps_adds_rows_of_its_own(tmp_path: Path) -> None:
+    cb = MemWatchCallback(workers=False, log_every_n_steps=2)
+    args = make_args(tmp_path, num_train_epochs=1, logging_steps=100)  # the trainer logs no loss
+    trainer = LeakyTrainer(tiny_bert(), args, train_dataset=Tokens(48), callbacks=[cb])
+    trainer.train()
+    own = [r for r in trainer.state.log_history
+           if "memwatch/host.rss_gib" in r and "loss" not in r and "train_runtime" not in r]
+    assert [r["step"] for r in own] == [2, 4, 6]
