@@ -95,6 +95,68 @@ def _floor(raw: dict[str, Any], key: str, epoch: int) -> float:
     return min(_epoch_values(raw, key, epoch))
 
 
+# --------------------------------------------------------------------------- scoring (no runs)
+def test_naive_rules() -> None:
+    flat, leak = [100.0 * MiB] * 50, [100.0 * MiB + i * 4 * MiB for i in range(50)]
+    assert not bench.rule_ratio(flat) and not bench.rule_stormlog(flat)
+    assert bench.rule_ratio(leak) and bench.rule_stormlog(leak)  # +196 MiB, every step growing
+    # Half the steps going down (noise) defeats Stormlog's 70% rule whatever the total growth.
+    noisy = [v + (8 * MiB if i % 2 else 0.0) for i, v in enumerate(leak)]
+    assert not bench.rule_stormlog(noisy) and bench.rule_ratio(noisy)
+    # Small total growth (< 100 MiB) is not a Stormlog leak even if every step grows.
+    assert not bench.rule_stormlog([100.0 * MiB + i * MiB for i in range(50)])
+    # The ratio rule's "first" is the first positive reading (workers not yet sampled: 0).
+    assert not bench.rule_ratio([0.0, None, 10.0 * MiB, 11.0 * MiB])
+
+
+def _fake_raw(findings: list[list[dict[str, Any]]], steps: int = 10) -> dict[str, Any]:
+    n = len(findings)
+    return {
+        "findings": findings,
+        "epoch_meta": [{"epoch": e, "start_step": e * steps + 1, "end_step": (e + 1) * steps,
+                        "n_steps": steps, "seconds": 1.0} for e in range(n)],
+        "steps": list(range(1, n * steps + 1)),
+        "series": {"host.rss": [100.0 * MiB] * (n * steps)},
+        "disabled": {}, "analyzer": "Analyzer", "end_epoch_s": [0.1] * n, "wall_s": 1.0,
+    }
+
+
+def _finding(kind: str, metric: str, **kw: Any) -> dict[str, Any]:
+    return {"kind": kind, "metric": metric, "severity": "warning", **kw}
+
+
+def test_scoring_of_a_leak_and_a_control() -> None:
+    leak = scenarios.load("leak_from_epoch2").SCENARIO  # starts in epoch 1: deadline epoch 2
+    late = _fake_raw([[], [], [], [_finding("leak", "host.rss", culprit="x.py: hard_examples")]])
+    row = bench.score_scenario(leak, late)
+    assert row["memwatch"]["first_epoch"] == 3 and not row["memwatch"]["detected"]
+    assert row["memwatch"]["epochs_to_detect"] == 3 and row["memwatch"]["culprit_ok"]
+    wrong_metric = _fake_raw([[], [_finding("leak", "workers.uss")], [], []])
+    assert not bench.score_scenario(leak, wrong_metric)["memwatch"]["detected"]
+    early = _fake_raw([[_finding("leak", "host.rss")], [_finding("leak", "host.uss")], [], []])
+    row = bench.score_scenario(leak, early)
+    assert row["memwatch"]["early"] and row["memwatch"]["detected"]
+    ctrl = scenarios.load("ctrl_clean").SCENARIO
+    quiet = _fake_raw([[_finding("plateau", "host.rss")], [_finding("step_change", "host.rss")]])
+    assert not bench.score_scenario(ctrl, quiet)["memwatch"]["false_alarm"]
+    loud = _fake_raw([[], [_finding("worker_growth", "workers.uss")]])
+    assert bench.score_scenario(ctrl, loud)["memwatch"]["false_alarm"]
+
+
+def test_forecast_error_is_measured_at_first_detection() -> None:
+    sc = scenarios.load("dev_linear_leak").SCENARIO
+    assert sc.true_oom_step == 4608
+    # Detected at the end of epoch 1 (step 400): 4208 steps truly remain; predicted 3787.2.
+    raw = _fake_raw([[], [_finding("leak", "device.allocated", steps_to_oom=3787.2),
+                          _finding("leak", "device.reserved", steps_to_oom=5000.0)],
+                     [_finding("leak", "device.allocated", steps_to_oom=1.0)]], steps=200)
+    fc = bench.score_scenario(sc, raw)["memwatch"]["forecast"]
+    assert fc["epoch"] == 1 and fc["true_remaining"] == 4208
+    assert abs(fc["error"] - 0.1) < 1e-9  # the most pessimistic forecast of that epoch
+    no_fc = _fake_raw([[], [_finding("leak", "device.allocated")]], steps=200)
+    assert bench.score_scenario(sc, no_fc)["memwatch"]["forecast"]["error"] is None
+
+
 # --------------------------------------------------------------------------- corpus sanity
 def test_corpus_declares_enough_patterns() -> None:
     real_leaks = [s for s in LEAKS if s.device_total is None]
