@@ -95,3 +95,22 @@ def test_log_every_n_steps_adds_rows_of_its_own(tmp_path: Path) -> None:
     own = [r for r in trainer.state.log_history
            if "memwatch/host.rss_gib" in r and "loss" not in r and "train_runtime" not in r]
     assert [r["step"] for r in own] == [2, 4, 6]
+
+
+def test_excepthook_chained_from_train_begin_to_train_end(tmp_path: Path) -> None:
+    import sys
+
+    seen: list[object] = []
+
+    class Probe(TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):  # type: ignore[no-untyped-def]
+            seen.append(sys.excepthook)
+
+    before = sys.excepthook
+    cb = MemWatchCallback(workers=False, signals=False)
+    trainer = LeakyTrainer(tiny_bert(), make_args(tmp_path, num_train_epochs=1),
+                           train_dataset=Tokens(16), callbacks=[cb, Probe()])
+    assert sys.excepthook is before  # nothing installed by construction
+    trainer.train()
+    assert seen and all(h is not before for h in seen)  # memwatch's hook during training
+    assert sys.excepthook is before  # and removed at on_train_end
