@@ -13,7 +13,8 @@ import importlib.util
 import os
 from typing import Any
 
-from memwatch.report.data import ReportData, TrendLine, fit_trend
+from memwatch.report.data import ReportData
+from memwatch.report.trends import TrendLine, fit_trend
 
 __all__ = ["allocation_timeline", "memory_chart", "plotly_js", "segments_chart", "workers_chart"]
 

@@ -1,0 +1,323 @@
+"""The sections of the HTML report, each a function that appends HTML (and chart figures) to
+a :class:`Page`; :func:`memwatch.report.html.render` runs them in order. A section that raises is
+dropped whole and becomes a note at the bottom of the page: one section never costs the report.
+"""
+
+from __future__ import annotations
+
+import html as _html
+from collections.abc import Callable
+from typing import Any
+
+from memwatch.report import charts
+from memwatch.report.allocator import history_view, segments_view
+from memwatch.report.data import CHART_METRICS, ReportData
+from memwatch.report.summary import latest_findings, tensor_label
+from memwatch.units import fmt_bytes
+
+__all__ = ["SECTIONS", "Page", "esc"]
+
+
+def esc(x: Any) -> str:
+    """HTML-escape ``str(x)``, quotes included."""
+    return _html.escape(str(x), quote=True)
+
+
+_e = esc
+
+
+class Page:
+    """Accumulates sections and chart figures; renders them into one document."""
+
+    def __init__(self, d: ReportData, with_charts: bool) -> None:
+        self.d = d
+        self.with_charts = with_charts
+        self.parts: list[str] = []
+        self.figures: list[dict[str, Any]] = []
+        self.notes: list[str] = list(d.notes)
+
+    def add(self, html: str) -> None:
+        self.parts.append(html)
+
+    def chart(self, fig: dict[str, Any] | None, caption: str = "") -> None:
+        if fig is None:
+            return
+        if not self.with_charts:
+            if caption:
+                self.add(f"<p class='caption'>{caption}</p>")
+            return
+        fid = f"mw-chart-{len(self.figures)}"
+        self.figures.append({"id": fid, **fig})
+        self.add(f"<div class='chart' id='{fid}'></div>")
+        if caption:
+            self.add(f"<p class='caption'>{caption}</p>")
+
+    def section(self, name: str, fn: Callable[[Page], None]) -> None:
+        mark = len(self.parts)
+        nfig = len(self.figures)
+        try:
+            self.add(f"<section id='mw-{name}'>")
+            fn(self)
+            self.add("</section>")
+        except Exception as e:  # noqa: BLE001 - one section never costs the whole report
+            del self.parts[mark:]
+            del self.figures[nfig:]
+            self.notes.append(f"The {name} section could not be rendered "
+                              f"({type(e).__name__}: {e}).")
+
+
+# --------------------------------------------------------------------------- sections
+def _header(p: Page) -> None:
+    d = p.d
+    p.add(f"<h1>{_e(d.title)}</h1>")
+    p.add("<p class='meta muted'>" + " ".join(
+        f"<span>{_e(k)}: <b>{_e(v)}</b></span>" for k, v in d.meta) + "</p>")
+    if d.headline:
+        p.add(f"<p class='headline'>{_e(d.headline)}</p>")
+    if d.exception:
+        msg = str(d.exception.get("message", "")).strip()
+        p.add(f"<p><b>{_e(d.exception.get('type', ''))}</b></p><pre>{_e(msg[:4000])}</pre>")
+    ranked = sorted(latest_findings(d.findings), key=_severity_rank)
+    bad = [f for f in ranked if f.get("severity") in ("warning", "critical")]
+    if bad:
+        p.add("<p><b>Verdicts:</b> " + "; ".join(
+            f"<span class='sev-{_e(f.get('severity'))}'>{_e(f.get('kind'))}</span> on "
+            f"<code>{_e(f.get('metric'))}</code>" for f in bad[:6]) + " (details below).</p>")
+    elif d.findings or d.epochs:
+        p.add("<p><b>Verdicts:</b> no warning or critical finding.</p>")
+
+
+def _severity_rank(f: dict[str, Any]) -> int:
+    return {"critical": 0, "warning": 1, "info": 2}.get(str(f.get("severity")), 3)
+
+
+def _memory(p: Page) -> None:
+    d = p.d
+    p.add("<h2>Memory over steps</h2>")
+    metrics: list[str] = []
+    for m in CHART_METRICS:
+        col = d.values.get(m) or []
+        # All-zero series (no swap) and exact repeats of a charted series (active == allocated
+        # without multiple streams) add a chart and say nothing new.
+        if any(v for v in col) and all(col != d.values.get(o) for o in metrics):
+            metrics.append(m)
+    if not metrics:
+        p.add("<p class='muted'>No memory samples recorded.</p>")
+        return
+    p.add("<p class='caption'>One chart per metric (raw samples; dotted vertical lines are epoch "
+          "ends). The dashed red line is the trend of the memory <i>held</i> (the floors after "
+          "the first epoch, or the analyzer's rate when it gave a verdict), dotted where it is "
+          "extrapolated to the limit.</p>")
+    for m in metrics:
+        got = charts.memory_chart(d, m)
+        if got is None:
+            continue
+        fig, trend = got
+        vals = [v for v in d.values[m] if v is not None]
+        cap = (f"<code>{_e(m)}</code>: last {_e(fmt_bytes(vals[-1]))}, "
+               f"max {_e(fmt_bytes(max(vals)))}")
+        if trend is not None:
+            cap += f"; trend {_e(trend.describe())}"
+        limit = d.limits.get(m)
+        if limit and (trend is None or trend.limit is None or trend.limit_step is None):
+            cap += f"; limit {_e(fmt_bytes(limit))} ({max(vals) / limit * 100:.1f}% at the max)"
+        p.chart(fig, cap + ".")
+
+
+def _fullness(p: Page) -> None:
+    d = p.d
+    if not d.fullness:
+        return
+    p.add("<h2>How full memory was</h2><table><tr><th>metric</th><th>value</th><th>limit</th>"
+          "<th>used</th></tr>")
+    for r in d.fullness:
+        u = float(r["utilization"])
+        color = "#d62728" if u >= 0.95 else "#ff7f0e" if u >= 0.85 else "#2ca02c"
+        p.add(f"<tr><td>{_e(r['metric'])}</td><td class='n'>{_e(fmt_bytes(r['value']))}</td>"
+              f"<td class='n'>{_e(fmt_bytes(r['limit']))}</td><td><span class='bar'><span "
+              f"style='width:{min(u, 1) * 100:.0f}%;background:{color}'></span></span> "
+              f"{u * 100:.1f}%</td></tr>")
+    p.add("</table>")
+
+
+def _workers(p: Page) -> None:
+    d = p.d
+    fig = charts.workers_chart(d)
+    if fig is None:
+        return
+    p.add("<h2>DataLoader workers</h2>")
+    p.chart(fig, "RSS counts every page a worker maps, shared ones included (each worker counts "
+                 "the parent's copy-on-write pages again); USS is the memory only that worker "
+                 "holds. USS rising while RSS stays flat is copy-on-write (Python touching the "
+                 "parent's objects); both rising across epochs is per-worker growth.")
+    if d.workers:
+        p.add("<table><tr><th>worker</th><th>pids</th><th>last RSS</th><th>last USS</th></tr>")
+        for w in d.workers:
+            p.add(f"<tr><td>{_e(w['index'])}</td><td>{_e(', '.join(map(str, w['pids'])))}</td>"
+                  f"<td class='n'>{_e(fmt_bytes(w['rss'][-1]))}</td>"
+                  f"<td class='n'>{_e(fmt_bytes(w['uss'][-1]))}</td></tr>")
+        p.add("</table>")
+
+
+def _findings(p: Page) -> None:
+    d = p.d
+    latest = sorted(latest_findings(d.findings), key=_severity_rank)
+    p.add(f"<h2>Findings ({len(d.findings)})</h2>")
+    if len(latest) < len(d.findings):
+        p.add("<p class='muted'>The analyzer restates a verdict at every epoch end; the latest "
+              "of each kind and metric is shown.</p>")
+    if not latest:
+        p.add("<p class='muted'>No findings.</p>")
+        return
+    for f in latest:
+        sev = str(f.get("severity", ""))
+        figures = []
+        if f.get("bytes_per_step"):
+            figures.append(f"{fmt_bytes(f['bytes_per_step'])}/step")
+        if f.get("steps_to_oom"):
+            figures.append(f"OOM in ~{int(f['steps_to_oom']):,} steps")
+        if f.get("seconds_to_oom"):
+            figures.append(f"~{float(f['seconds_to_oom']) / 60:.0f} min")
+        if f.get("epoch") is not None:
+            figures.append(f"epoch {f['epoch']}")
+        p.add(f"<div class='finding {_e(sev)}'><b class='sev-{_e(sev)}'>{_e(sev)}</b> "
+              f"<b>{_e(f.get('kind', ''))}</b> on <code>{_e(f.get('metric', ''))}</code> "
+              f"<span class='muted'>{_e(' · '.join(figures))}</span>"
+              f"<div>{_e(f.get('message', ''))}</div>")
+        if f.get("culprit"):
+            p.add(f"<div><b>Culprit:</b> {_e(f['culprit'])}</div>")
+        tips = [t for t in f.get("suggestions") or [] if t]
+        if tips:
+            p.add("<b>Try:</b><ul>" + "".join(f"<li>{_e(t)}</li>" for t in tips) + "</ul>")
+        p.add("</div>")
+
+
+def _tensors(p: Page) -> None:
+    d = p.d
+    if d.source != "bundle" and not d.top_tensors:
+        return
+    p.add("<h2>Largest live tensors</h2>")
+    if not d.top_tensors:
+        p.add(f"<p class='muted'>{_e(d.census_note or 'No census recorded.')}</p>")
+        return
+    p.add("<table><tr><th>bytes</th><th>count</th><th>tensor</th><th>held by</th></tr>")
+    for t in d.top_tensors[:20]:
+        p.add(f"<tr><td class='n'>{_e(fmt_bytes(t.get('bytes')))}</td><td class='n'>"
+              f"{_e(t.get('count', ''))}</td><td>{_e(tensor_label(t))}</td><td>"
+              f"{_e(t.get('holder') or '')}</td></tr>")
+    p.add("</table>")
+
+
+def _blocks_table(rows: list[dict[str, Any]], title: str) -> str:
+    if not rows:
+        return ""
+    out = [f"<h3>{_e(title)}</h3><table><tr><th>size</th><th>requested</th><th>segment</th>"
+           "<th>state</th><th>allocated by</th></tr>"]
+    for b in rows:
+        out.append(f"<tr><td class='n'>{_e(fmt_bytes(b['size']))}</td><td class='n'>"
+                   f"{_e(fmt_bytes(b['requested']) if b['requested'] else '')}</td><td class='n'>"
+                   f"#{_e(b['segment'])}</td><td>{_e(b['state'])}</td><td>"
+                   f"{_e(b['stack'] or '')}</td></tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
+def _allocator(p: Page) -> None:
+    d = p.d
+    request = None
+    if d.exception:
+        request = (d.exception.get("numbers") or {}).get("tried_to_allocate")
+    view = segments_view(d.snapshot, request if isinstance(request, int) else None)
+    stats = (d.allocator_stats or {}).get("memory_stats") if d.allocator_stats else None
+    if view is None and not stats:
+        if d.source == "bundle":
+            p.add("<h2>Allocator at the failure</h2><p class='muted'>No allocator snapshot or "
+                  "statistics in this bundle (a host-only run has no device allocator).</p>")
+        return
+    p.add("<h2>Allocator at the failure</h2>" if d.source == "bundle" else
+          "<h2>Allocator now</h2>")
+    if view is not None:
+        fr = view["fragmentation"]
+        line = (f"{fr['segments']} segments hold {fmt_bytes(fr['reserved'])}: "
+                f"{fmt_bytes(fr['allocated'])} in live blocks and "
+                f"{fmt_bytes(fr['free_in_segments'])} free inside the segments, in "
+                f"{fr['free_blocks']} free blocks; the largest free block is "
+                f"{fmt_bytes(fr['largest_free'])} (fragmentation {fr['ratio'] * 100:.0f}%: "
+                "the share of free cached memory outside the largest free block).")
+        if fr.get("request"):
+            req = fr["request"]
+            if fr["free_in_segments"] >= req > fr["largest_free"]:
+                line += (f" The failing request of {fmt_bytes(req)} would have fit in the free "
+                         "memory had it been contiguous: fragmentation contributed to this OOM "
+                         "(try PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True).")
+            elif req > fr["free_in_segments"]:
+                line += (f" The failing request of {fmt_bytes(req)} is larger than all free "
+                         "cached memory: memory was full, not fragmented.")
+        p.add(f"<p>{_e(line)}</p>")
+        p.chart(charts.segments_chart(view))
+        p.add(_blocks_table(view["largest_live"], "Largest live blocks"))
+        p.add(_blocks_table(view["largest_free"], "Largest free blocks"))
+    if stats:
+        p.add("<details><summary>Allocator statistics (memory_stats)</summary><table>")
+        for k in sorted(stats)[:300]:
+            v = stats[k]
+            shown = fmt_bytes(v) if "bytes" in k and isinstance(v, (int, float)) else v
+            p.add(f"<tr><td>{_e(k)}</td><td class='n'>{_e(shown)}</td></tr>")
+        p.add("</table></details>")
+
+
+def _history(p: Page) -> None:
+    d = p.d
+    hist = history_view(d.snapshot)
+    if hist is None:
+        if d.snapshot is not None:
+            p.add("<p class='muted'>No allocation history in the snapshot: run with "
+                  "<code>MemWatch(record_history=True)</code> to see who allocated what "
+                  "(see docs/troubleshooting.md for its cost).</p>")
+        return
+    p.add("<h2>Allocation history</h2>")
+    p.chart(charts.allocation_timeline(hist),
+            f"{hist['events']:,} allocator events replayed; {_e(fmt_bytes(hist['live_at_end']))} "
+            "still allocated at the end of the history. Dashed red lines: OOM events.")
+    for key, title in (("top_live", "Largest live allocations by stack (at the failure)"),
+                       ("top_allocated", "Most bytes allocated by stack (whole history)")):
+        rows = hist[key]
+        if not rows:
+            continue
+        p.add(f"<h3>{_e(title)}</h3><table><tr><th>bytes</th>"
+              + ("<th>count</th>" if key == "top_live" else "") + "<th>stack (innermost "
+              "user frame first)</th></tr>")
+        for r in rows:
+            cnt = f"<td class='n'>{_e(r['count'])}</td>" if key == "top_live" else ""
+            p.add(f"<tr><td class='n'>{_e(fmt_bytes(r['bytes']))}</td>{cnt}<td>"
+                  f"{_e(r['stack'])}</td></tr>")
+        p.add("</table>")
+
+
+def _details(p: Page) -> None:
+    d = p.d
+    if d.exception and d.exception.get("traceback"):
+        p.add("<h2>Traceback</h2><pre>" + _e(d.exception["traceback"]) + "</pre>")
+    if d.environment:
+        p.add("<h2>Environment</h2><table>")
+        for k in ("python", "platform", "torch", "torch_cuda", "device", "rank", "argv", "env"):
+            if k in d.environment:
+                v = d.environment[k]
+                if isinstance(v, dict):
+                    v = ", ".join(f"{a}={b}" for a, b in v.items())
+                elif isinstance(v, list):
+                    v = " ".join(str(x) for x in v)
+                p.add(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>")
+        p.add("</table>")
+    if d.files:
+        p.add("<h2>Files</h2><table>" + "".join(
+            f"<tr><td>{_e(f)}</td><td class='n'>{_e(fmt_bytes(b))}</td></tr>"
+            for f, b in d.files.items()) + "</table>")
+
+
+#: The sections, in page order: (name, renderer).
+SECTIONS: tuple[tuple[str, Callable[[Page], None]], ...] = (
+    ("header", _header), ("memory", _memory), ("fullness", _fullness), ("workers", _workers),
+    ("findings", _findings), ("tensors", _tensors), ("allocator", _allocator),
+    ("history", _history), ("details", _details),
+)
