@@ -337,7 +337,7 @@ class AccelerateHook:
         mw = self.memwatch
         try:
             if self.epochs == "auto":
-                loaders = self.accelerator._dataloaders
+                loaders = getattr(self.accelerator, "_dataloaders", ())
                 if id(loaders) != self._loader_list_id or len(loaders) != self._loader_count:
                     self._watch_new_loaders()
             rec = mw.recorder
