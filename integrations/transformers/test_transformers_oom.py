@@ -105,3 +105,22 @@ def test_watch_trainer_guarantees_handle_exception(tmp_path: Path) -> None:
     # The trainer's own log path carried the marker; every session is closed afterwards.
     assert any(r.get("memwatch/oom") == 1.0 for r in trainer.state.log_history)
     assert cb.memwatch is not None and not cb.memwatch.running
+
+
+class _DiesBeforeTraining(Trainer):
+    def get_train_dataloader(self) -> Any:
+        raise MemoryError("the dataset did not fit")  # before on_train_begin
+
+
+def test_watch_trainer_bundle_for_a_failure_before_train_begin(tmp_path: Path) -> None:
+    args = make_args(tmp_path, num_train_epochs=1)
+    trainer = _DiesBeforeTraining(tiny_bert(), args, train_dataset=Tokens(8))
+    with pytest.raises(MemoryError) as info:
+        with watch_trainer(trainer, workers=False, signals=False) as cb:
+            trainer.train()
+    assert cb.memwatch is None  # no training session ever started
+    assert cb.bundle_path is not None
+    assert info.value.memwatch_bundle == cb.bundle_path  # type: ignore[attr-defined]
+    manifest = json.loads((cb.bundle_path / "manifest.json").read_text())
+    assert manifest["classification"] == "host_oom"
+    assert str(tmp_path / "out" / "memwatch") in str(cb.bundle_path)

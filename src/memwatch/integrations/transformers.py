@@ -268,6 +268,10 @@ class MemWatchCallback(TrainerCallback):
         if trainer is None or not hasattr(trainer, "callback_handler"):
             return
         self.trainer = trainer
+        args = getattr(trainer, "args", None)
+        if args is not None:  # defaults for a failure before on_train_begin, too
+            self._device = _device_of(args, self._options)
+            self._out_dir = _out_dir_of(args, self._options)
         try:
             cbs = trainer.callback_handler.callbacks
             if self not in cbs:
@@ -295,6 +299,7 @@ class MemWatchCallback(TrainerCallback):
                 opts.setdefault("device", self._device)
                 opts.setdefault("out_dir", self._out_dir)
                 opts.update(signals=False, watchdog=False, analyze=False)
+                opts.pop("sinks", None)  # a few seconds of life: nothing to report to
                 temp = MemWatch(**opts).start()
                 mw = temp
             try:
@@ -355,7 +360,8 @@ class MemWatchCallback(TrainerCallback):
         self._attempt_open = True
         # The evaluation timeline starts with training: its buffers are then part of the first
         # epoch's floor rather than a step between epochs.
-        if str(getattr(args, "eval_strategy", "no")) not in ("no", "IntervalStrategy.NO"):
+        strategy = getattr(args, "eval_strategy", "no")
+        if str(getattr(strategy, "value", strategy)) != "no":
             self._eval_start()
 
     def _given_used(self) -> bool:
