@@ -119,6 +119,10 @@ class WandbSink:
             trainer's current row and never moves the run's step (needed when the trainer logs
             with explicit ``step=`` values, as Accelerate does). ``None`` (default): ``False``
             for a run found through an Accelerate tracker, ``True`` otherwise.
+        series: log the per-step series and the findings counts and table. ``False`` when a
+            framework adapter already writes those through its own logger (the transformers
+            callback and the Accelerate hook do): the sink then adds only what they cannot
+            (leak charts, summary, alerts, artifacts, report), without a second copy of a key.
         charts: log a leak chart per leaking metric at epoch ends.
         alerts: ``run.alert`` once per critical finding (kind, metric), online runs only.
         artifacts: upload bundles as artifacts.
@@ -128,8 +132,8 @@ class WandbSink:
     """
 
     def __init__(self, run: Any = None, *, stage: str = "train", commit: bool | None = None,
-                 charts: bool = True, alerts: bool = True, artifacts: bool = True,
-                 final_snapshot: str = "findings") -> None:
+                 series: bool = True, charts: bool = True, alerts: bool = True,
+                 artifacts: bool = True, final_snapshot: str = "findings") -> None:
         if stage not in ("train", "val", "test", "predict"):
             raise ConfigError(f"stage={stage!r}: use 'train', 'val', 'test' or 'predict'.")
         if final_snapshot not in _FINAL_CHOICES:
@@ -137,6 +141,7 @@ class WandbSink:
         self.source = run
         self.stage = stage
         self.commit = commit
+        self.series = bool(series)
         self.charts = bool(charts)
         self.alerts = bool(alerts)
         self.artifacts = bool(artifacts)
@@ -212,6 +217,8 @@ class WandbSink:
             if value is not None and not math.isnan(value) and not is_count(metric):
                 if value > self._peaks.get(metric, -math.inf):
                     self._peaks[metric] = float(value)
+        if not self.series:
+            return
         run = self._get_run()
         if run is None:
             return
@@ -232,10 +239,11 @@ class WandbSink:
             return
         wandb = sys.modules["wandb"]
         step = int(getattr(summary, "end_step", 0) or 0)
-        data: dict[str, Any] = dict(findings_metrics(findings, stage=self.stage,
-                                                     prefix=self._prefix))
+        data: dict[str, Any] = {}
         head = self._head()
-        if findings:
+        if self.series:
+            data.update(findings_metrics(findings, stage=self.stage, prefix=self._prefix))
+        if findings and self.series:
             data[f"{head}/findings_table"] = wandb.Table(columns=list(FINDING_COLUMNS),
                                                          data=[list(r) for r in self._rows])
         if self.charts:
@@ -244,7 +252,8 @@ class WandbSink:
                     chart = self._leak_chart(wandb, f, step)
                     if chart is not None:
                         data[f"{head}/leak/{f.metric}"] = chart
-        self._log(run, data, step)
+        if data:
+            self._log(run, data, step)
         run.summary.update(self._summary_fields())
         self._alert(run, findings)
 
@@ -261,14 +270,15 @@ class WandbSink:
         name = f"{'memwatch-oom' if oom else 'memwatch-snapshot'}-{_safe(str(run.id))}"
         if self._world > 1:
             name += f"-rank{self._rank}"
+        peaks = _with_bundle_latest(self._peaks, path)
         meta = {
             "trigger": doc.get("trigger"), "classification": doc.get("classification"),
             "reason": doc.get("reason"), "exception_type": doc.get("exception_type"),
             "rank": doc.get("rank", self._rank), "world_size": doc.get("world_size", self._world),
             "step": doc.get("step"), "epoch": doc.get("epoch"), "bundle": path.name,
             "created_utc": doc.get("created_utc"), "memwatch_version": doc.get("memwatch_version"),
-            "peak_bytes": {k: v for k, v in sorted(self._peaks.items())},
-            "peak": {k: fmt_bytes(v) for k, v in sorted(self._peaks.items())},
+            "peak_bytes": dict(sorted(peaks.items())),
+            "peak": {k: fmt_bytes(v) for k, v in sorted(peaks.items())},
         }
         art = wandb.Artifact(name, type=kind, metadata=meta,
                              description=f"memwatch bundle ({doc.get('trigger')}): {path.name}")
@@ -413,3 +423,17 @@ def _committed_manifest(path: Path, given: Mapping[str, Any]) -> dict[str, Any]:
     except (OSError, ValueError):
         log.debug("memwatch: no readable manifest in %s", path)
     return dict(given)
+
+
+def _with_bundle_latest(peaks: Mapping[str, float], path: Path) -> dict[str, float]:
+    """Peaks seen by the sink, raised by the bundle's last sample (taken at the failure)."""
+    out = dict(peaks)
+    try:
+        with open(path / "memory.json", encoding="utf-8") as f:
+            latest = json.load(f).get("latest") or {}
+    except (OSError, ValueError, AttributeError):
+        return out
+    for k, v in latest.items():
+        if isinstance(v, (int, float)) and math.isfinite(v) and not is_count(k):
+            out[k] = max(float(v), out.get(k, -math.inf))
+    return out

@@ -1,0 +1,54 @@
+"""transformers ``Trainer`` with ``report_to="wandb"`` (offline) and a ``WandbSink(series=False)``
+passed to the memwatch callback: the callback's own keys travel through W&B's callback, the sink
+adds the leak chart, summary, report and snapshot artifact. Read back from the run directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hf_helpers import LeakyTrainer, Tokens, make_args, tiny_bert
+
+from memwatch import MemWatchWarning
+from memwatch.integrations.transformers import MemWatchCallback
+from memwatch.sinks.wandb import WandbSink
+from memwatch.sinks.wandb_offline import read_offline_run
+
+wandb = pytest.importorskip("wandb")
+
+STEPS = 40  # optimizer steps per epoch (batch 8)
+
+
+def test_planted_leak_with_report_to_wandb(tmp_path: Path) -> None:
+    sink = WandbSink(series=False)
+    cb = MemWatchCallback(workers=False, sinks=[sink])
+    args = make_args(tmp_path, report_to=["wandb"], logging_steps=8, run_name="memwatch-hf")
+    trainer = LeakyTrainer(tiny_bert(hidden_states=True), args, train_dataset=Tokens(8 * STEPS),
+                           callbacks=[cb], leak_from_epoch=1)
+    with pytest.warns(MemWatchWarning):
+        trainer.train()
+    run = wandb.run
+    assert run is not None and sink.run is run
+    # The W&B callback's run, no second one.
+    wcb = [c for c in trainer.callback_handler.callbacks if type(c).__name__ == "WandbCallback"]
+    assert wcb and sink.found_via == "wandb.run" and wcb[0]._wandb.run is run
+    run_dir = Path(run.dir).parent
+    wandb.finish()
+    data = read_offline_run(run_dir)
+
+    # Per-step keys (written by the callback through W&B's, which adds "train/").
+    steps = [r["train/global_step"] for r in data.history if "train/memwatch/host.rss_gib" in r]
+    assert sorted(set(steps)) == list(range(8, 3 * STEPS + 1, 8)), steps  # + the final row
+    # The findings table (the callback's, through trainer.log / W&B) has the leak's row...
+    rows = [r for r in data.history if "train/memwatch/findings/leak" in r]
+    assert rows, [sorted(r) for r in data.history][-3:]
+    # ...and the sink's panels: leak chart, summary verdict, report, end-of-run snapshot.
+    leaks = [k for r in data.history for k in r if k.startswith("memwatch/leak/")]
+    assert leaks, sorted({k for r in data.history for k in r})
+    assert "leak in" in data.summary["memwatch/verdict"]
+    assert data.summary["memwatch/findings_total"] >= 1
+    snaps = [a for a in data.artifacts if a["type"] == "memory-snapshot"]
+    assert len(snaps) == 1 and "report.html" in snaps[0]["files"], data.artifacts
+    assert list(run_dir.glob("files/media/html/memwatch/report_*.html"))
+    # No second copy of the per-step series under the sink's own keys.
+    assert not data.series("memwatch/host.rss_gib")
