@@ -101,3 +101,49 @@ def test_device_oom_bundle_becomes_an_artifact(tmp_path: Path) -> None:
     assert [s for s, _ in data.series("memwatch/device.allocated_gib")] == [4, 8]
     assert data.summary["memwatch/bundle"].endswith("(memwatch-oom)")
     assert list(run_dir.glob("files/media/html/memwatch/report_*.html"))
+
+
+def test_user_sinks_see_training_only_and_close_once(tmp_path: Path) -> None:
+    from memwatch.sinks import MemorySink
+
+    sink = MemorySink()
+    cb = MemWatchCallback(workers=False, sinks=[sink])
+    trainer = make_trainer(tmp_path, [cb], max_epochs=2, log_every_n_steps=4,
+                           limit_val_batches=2)
+    trainer.fit(Regressor(width=64), loader(16, 8), loader(2, 8))
+    assert [s for s, _ in sink.metrics] == list(range(4, 33, 4))  # the trainer's cadence
+    assert [e for e, _, _ in sink.epochs] == [0, 1]  # training epochs, never validation's
+    assert sink.closed
+    assert not cb.eval_memwatch["val"]._sinks  # evaluation timelines get no sinks
+
+
+def test_wandb_sink_false_leaves_the_logger_to_the_callback(tmp_path: Path) -> None:
+    from lightning.pytorch.loggers import WandbLogger
+
+    logger = WandbLogger(project="memwatch-test", save_dir=str(tmp_path), offline=True)
+    cb = MemWatchCallback(workers=False, wandb_sink=False)
+    trainer = make_trainer(tmp_path, [cb], max_epochs=1, logger=logger, log_every_n_steps=4,
+                           limit_val_batches=0)
+    trainer.fit(Regressor(width=64), loader(16, 8))
+    assert not cb.memwatch._sinks  # type: ignore[union-attr]
+    run_dir = Path(logger.experiment.dir).parent
+    wandb.finish()
+    data = read_offline_run(run_dir)
+    rows = [r for r in data.history if "memwatch/host.rss_gib" in r]
+    assert rows and all("trainer/global_step" in r and "memwatch/step" not in r for r in rows)
+
+
+def test_a_wandb_sink_passed_by_the_user_is_the_only_one(tmp_path: Path) -> None:
+    from lightning.pytorch.loggers import WandbLogger
+
+    logger = WandbLogger(project="memwatch-test", save_dir=str(tmp_path), offline=True)
+    mine = WandbSink(run=logger, final_snapshot="never")
+    cb = MemWatchCallback(workers=False, sinks=[mine])
+    trainer = make_trainer(tmp_path, [cb], max_epochs=1, logger=logger, log_every_n_steps=4,
+                           limit_val_batches=0)
+    trainer.fit(Regressor(width=64), loader(16, 8))
+    assert cb.memwatch._sinks.sinks == [mine]  # type: ignore[union-attr]
+    run_dir = Path(logger.experiment.dir).parent
+    wandb.finish()
+    rows = [r for r in read_offline_run(run_dir).history if "memwatch/host.rss_gib" in r]
+    assert [r["memwatch/step"] for r in rows] == [4, 8, 12, 16]  # once each: the sink's rows

@@ -327,6 +327,8 @@ class MemWatchCallback(Callback):
             # handlers and the watchdog; an evaluation timeline only samples and judges.
             opts.update(recorder=False, signals=False, watchdog=False)
             opts.pop("sinks", None)  # the user's sinks watch training; never closed by an eval
+        else:
+            opts.setdefault("log_every_n_steps", self._every)  # sinks follow the trainer's cadence
         return MemWatch(**opts)
 
     def _attach_wandb_sink(self, trainer: Any, mw: MemWatch) -> None:
@@ -337,10 +339,9 @@ class MemWatchCallback(Callback):
                        if type(lg).__name__ == "WandbLogger"]
             if not loggers:
                 return
-            present = any(isinstance(s, WandbSink) for s in getattr(mw, "_sinks", None) or ())
+            sinks = getattr(getattr(mw, "_sinks", None), "sinks", ())
+            present = any(isinstance(s, WandbSink) for s in sinks)
             if not present and self.wandb_sink:
-                if "log_every_n_steps" not in self._options and mw is not self._given:
-                    mw.log_every_n_steps = self._every  # the trainer's logging cadence
                 mw.add_sink(WandbSink(run=loggers[0]))
                 present = True
             if present:
