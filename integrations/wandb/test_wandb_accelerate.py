@@ -18,6 +18,7 @@ from memwatch.sinks.wandb_offline import read_offline_run
 wandb = pytest.importorskip("wandb")
 
 
+@pytest.mark.slow  # a real framework run over several epochs
 def test_planted_leak_with_log_with_wandb(tmp_path: Path) -> None:
     acc, model, opt, data = setup(n_batches=48, batch_size=128, width=2048, log_with="wandb",
                                   project_dir=str(tmp_path))

@@ -20,6 +20,7 @@ from memwatch.testing import FakeDevice
 wandb = pytest.importorskip("wandb")
 
 
+@pytest.mark.slow  # a real framework run over several epochs
 def test_planted_leak_reaches_every_panel(tmp_path: Path) -> None:
     from lightning.pytorch.loggers import WandbLogger
 

@@ -19,6 +19,7 @@ wandb = pytest.importorskip("wandb")
 STEPS = 40  # optimizer steps per epoch (batch 8)
 
 
+@pytest.mark.slow  # a real framework run over several epochs
 def test_planted_leak_with_report_to_wandb(tmp_path: Path) -> None:
     sink = WandbSink(series=False)
     cb = MemWatchCallback(workers=False, sinks=[sink])
