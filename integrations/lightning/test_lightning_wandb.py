@@ -27,7 +27,7 @@ def test_findings_table_and_keys_reach_an_offline_wandb_run(
     monkeypatch.setenv("WANDB_MODE", "offline")
     logger = WandbLogger(project="memwatch-test", save_dir=str(tmp_path), offline=True)
     cb = MemWatchCallback(workers=False)
-    trainer = make_trainer(tmp_path, [cb], max_epochs=3, logger=logger, log_every_n_steps=8,
+    trainer = make_trainer(tmp_path, [cb], max_epochs=4, logger=logger, log_every_n_steps=8,
                            limit_val_batches=0)
     with pytest.warns(MemWatchWarning):
         trainer.fit(Regressor(leak_from_epoch=1), loader(48))
