@@ -126,11 +126,15 @@ def _finding(kind: str, metric: str, **kw: Any) -> dict[str, Any]:
 
 
 def test_scoring_of_a_leak_and_a_control() -> None:
-    leak = scenarios.load("leak_from_epoch2").SCENARIO  # starts in epoch 1: deadline epoch 2
-    late = _fake_raw([[], [], [], [_finding("leak", "host.rss", culprit="x.py: hard_examples")]])
+    leak = scenarios.load("leak_from_epoch2").SCENARIO  # starts in epoch 1: deadline epoch 3
+    late = _fake_raw([[], [], [], [],
+                      [_finding("leak", "host.rss", culprit="x.py: hard_examples")]])
     row = bench.score_scenario(leak, late)
-    assert row["memwatch"]["first_epoch"] == 3 and not row["memwatch"]["detected"]
-    assert row["memwatch"]["epochs_to_detect"] == 3 and row["memwatch"]["culprit_ok"]
+    assert row["memwatch"]["first_epoch"] == 4 and not row["memwatch"]["detected"]
+    assert row["memwatch"]["epochs_to_detect"] == 4 and row["memwatch"]["culprit_ok"]
+    on_time = _fake_raw([[], [], [], [_finding("leak", "host.rss")]])
+    row = bench.score_scenario(leak, on_time)
+    assert row["memwatch"]["detected"] and not row["memwatch"]["next_epoch"]
     wrong_metric = _fake_raw([[], [_finding("leak", "workers.uss")], [], []])
     assert not bench.score_scenario(leak, wrong_metric)["memwatch"]["detected"]
     early = _fake_raw([[_finding("leak", "host.rss")], [_finding("leak", "host.uss")], [], []])
@@ -204,7 +208,11 @@ def test_planted_leak_shows_in_raw_series(corpus: dict[str, dict[str, Any]],
     steps_between = sum(raw["epoch_meta"][e]["n_steps"] for e in range(start, last))
     planted = sc.planted_bytes_per_step * steps_between
     grown = floors[last] - floors[start]
-    assert 0.5 * planted <= grown <= 2.5 * planted, (
+    # Workers add their own overhead on top of the payload: every cached sample is a Python
+    # object in a dict, and the forked heap keeps turning shared pages private while it grows
+    # (measured up to ~3.2x of the payload for leak_worker_cache under load).
+    upper = 4.0 if sc.expected_metric == "workers" else 2.5
+    assert 0.5 * planted <= grown <= upper * planted, (
         f"{key} floors {[round(f / MiB, 2) for f in floors]} MiB: grew "
         f"{grown / MiB:.2f} MiB from epoch {start} to {last}, planted {planted / MiB:.2f} MiB")
     # ... and no epoch's floor below the previous one once the leak runs (a slow leak may fill

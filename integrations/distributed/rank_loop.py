@@ -19,6 +19,7 @@ import torch.distributed as dist
 import memwatch
 
 keep: list[torch.Tensor] = []  # rank 1's leak lives here
+EPOCHS = 4  # a leak is due by the end of the second epoch after it starts
 
 
 def main() -> None:
@@ -46,7 +47,7 @@ def main() -> None:
     report: dict[str, Any] = {"rank": rank, "epochs": [], "end_epoch_s": []}
     with memwatch.watch(device="cpu", workers=False, out_dir=str(out_dir / f"rank{rank}"),
                         exchange_timeout_s=timeout, signals=False) as mw:
-        for epoch in range(3):
+        for epoch in range(EPOCHS):
             for _ in range(80):
                 loss = torch.nn.functional.mse_loss(model(torch.randn(32, 64)), torch.randn(32, 1))
                 opt.zero_grad()
