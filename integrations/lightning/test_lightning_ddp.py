@@ -49,3 +49,52 @@ def test_ddp_spawn_every_rank_watches_itself(tmp_path: Path) -> None:
     # Each rank keeps its own output folder (bundles of rank 1 never overwrite rank 0's).
     assert recs[0]["out_dir"] != recs[1]["out_dir"]
     assert recs[1]["out_dir"].endswith("rank1")
+
+
+class RankOneLeaks(Regressor):
+    """Only global rank 1 keeps a 256 KiB tensor per step."""
+
+    kept: list[Any] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        if self.global_rank == 1:
+            import torch
+
+            RankOneLeaks.kept.append(torch.ones(1 << 16))
+        return super().training_step(batch, batch_idx)
+
+
+class FindingsRecorder(MemWatchCallback):
+    def __init__(self, record_dir: str, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.record_dir = record_dir
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        mw = self.memwatch
+        rec = {"rank": trainer.global_rank,
+               "findings": [f.to_dict() for f in self.findings],
+               "rank_summaries": [] if mw is None else mw.rank_summaries}
+        super().teardown(trainer, pl_module, stage)
+        (Path(self.record_dir) / f"findings-rank{trainer.global_rank}.json").write_text(
+            json.dumps(rec))
+
+
+@pytest.mark.slow
+def test_ddp_only_rank1_leaks_and_rank0_reports_it(tmp_path: Path) -> None:
+    from lightning.pytorch.loggers import CSVLogger
+
+    cb = FindingsRecorder(str(tmp_path), workers=False, warn=False)
+    trainer = make_trainer(tmp_path, [cb], strategy="ddp_spawn", devices=2, max_epochs=4,
+                           limit_val_batches=0, logger=CSVLogger(str(tmp_path / "csv")),
+                           log_every_n_steps=8)
+    trainer.fit(RankOneLeaks(width=32), loader(64, 16))
+    r0 = json.loads((tmp_path / "findings-rank0.json").read_text())
+    r1 = json.loads((tmp_path / "findings-rank1.json").read_text())
+    assert not [f for f in r0["findings"] if f["kind"] == "leak"]  # rank 0 itself is clean
+    assert [f for f in r1["findings"] if f["kind"] == "leak" and f["rank"] == 1]
+    cross = [f for f in r0["findings"] if f["kind"] == "rank_leak"]
+    assert cross and cross[0]["evidence"]["ranks"] == [1]
+    assert [s["rank"] for s in r0["rank_summaries"]] == [0, 1]
+    # rank 0 logged every rank's series through the trainer's logger
+    header = next((tmp_path / "csv").rglob("metrics.csv")).read_text().splitlines()[0]
+    assert "memwatch/rank1/host.rss.peak_gib" in header

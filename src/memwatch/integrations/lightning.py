@@ -441,6 +441,11 @@ class MemWatchCallback(Callback):
         del self.findings[:-_MAX_FINDINGS]  # bounded, like the session's own list
         self._log_metrics(trainer, findings_metrics(new, stage=stage), step,
                           train=stage == "train")
+        if stage == "train" and mw.rank_summaries:
+            # Rank 0 after the epoch-end exchange: every rank's floors and peaks.
+            from memwatch.distributed import rank_log_metrics
+
+            self._log_metrics(trainer, rank_log_metrics(mw.rank_summaries, PREFIX), step)
         if new:
             self._log_findings_text(trainer, new, stage, step)
         if self.warn:
