@@ -54,3 +54,7 @@ def test_accelerate_launch_two_cpu_processes(tmp_path: Path) -> None:
     samples = [r for r in rows if "memwatch/host.rss_gib" in r["values"]]
     assert [r["step"] for r in samples] == list(range(2, 17, 2))
     assert [r["step"] for r in rows if "memwatch/findings/count" in r["values"]] == [8, 16]
+    # the epoch-end exchange gave the main process every rank's figures, logged per rank
+    per_rank = [r for r in rows if "memwatch/rank1/host.rss.peak_gib" in r["values"]]
+    assert [r["step"] for r in per_rank] == [8, 16]
+    assert all("memwatch/rank0/host.rss.peak_gib" in r["values"] for r in per_rank)

@@ -414,6 +414,11 @@ class AccelerateHook:
             del self.findings[:-_MAX_FINDINGS]  # bounded, like the session's own list
             if self._is_main and self.accelerator.trackers:
                 self._log(findings_metrics(new), mw.step_count)
+                if mw.rank_summaries:
+                    # After the epoch-end exchange, the main process has every rank's figures.
+                    from memwatch.distributed import rank_log_metrics
+
+                    self._log(rank_log_metrics(mw.rank_summaries, PREFIX), mw.step_count)
                 if new:
                     self._log_table(new, mw.step_count)
         except Exception as e:  # noqa: BLE001
