@@ -23,8 +23,9 @@ N_IN = 32
 class Regressor(L.LightningModule):
     """An MLP regressor; ``leak_from_epoch`` plants the classic leak from that epoch on.
 
-    The leak: ``training_step`` keeps every loss *with its autograd graph* in ``self.history``
-    (instead of ``loss.item()``), so each step's saved activations stay alive.
+    The leak: ``training_step`` keeps a prediction *with its autograd graph* in ``self.history``
+    every step (instead of ``.detach()`` or ``.item()``), so each step's saved activations stay
+    alive.
     """
 
     def __init__(self, width: int = 2048, leak_from_epoch: int | None = None,
@@ -40,7 +41,10 @@ class Regressor(L.LightningModule):
         x, y = batch
         loss = F.mse_loss(self.net(x), y)
         if self.leak_from_epoch is not None and self.current_epoch >= self.leak_from_epoch:
-            self.history.append(loss)  # the planted bug: the graph stays reachable
+            # The planted bug: predictions kept for "later analysis" without .detach(): each
+            # one keeps its autograd graph and saved activations alive. (Keeping the loss itself
+            # after backward() holds only small graph nodes: backward frees saved tensors.)
+            self.history.append(self.net(x))
         if self.hog_mib:
             # A runaway cache: keeps a fresh block every step until memory runs out.
             self.history.append(torch.ones(self.hog_mib << 18))  # hog_mib MiB of float32
