@@ -40,7 +40,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import warnings
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -58,6 +57,13 @@ except ImportError as _e:  # pragma: no cover - depends on what is installed
 
 from memwatch.errors import ConfigError, MemWatchWarning
 from memwatch.findings import Finding
+from memwatch.integrations._adapter import (
+    FindingWarner,
+    build_memwatch,
+    check_given,
+    check_log_every,
+    session_options,
+)
 from memwatch.integrations._logkeys import (
     FINDING_COLUMNS,
     PREFIX,
@@ -199,20 +205,8 @@ class AccelerateHook:
         **memwatch_options: Any,
     ) -> None:
         _check_accelerator(accelerator)
-        if memwatch is not None and memwatch_options:
-            raise ConfigError(
-                f"attach() got memwatch=... and MemWatch options {sorted(memwatch_options)}; "
-                "configure the MemWatch you pass instead."
-            )
-        if memwatch is not None and not isinstance(memwatch, MemWatch):
-            raise ConfigError(
-                f"memwatch={memwatch!r} is not a memwatch.MemWatch; pass one or leave it None."
-            )
-        if (not isinstance(log_every_n_steps, int) or isinstance(log_every_n_steps, bool)
-                or log_every_n_steps < 1):
-            raise ConfigError(
-                f"log_every_n_steps={log_every_n_steps!r} must be an int >= 1, e.g. 50."
-            )
+        check_given("attach()", memwatch, memwatch_options)
+        check_log_every(log_every_n_steps, ", e.g. 50.")
         if not (step is None or step == "optimizer" or callable(step)):
             raise ConfigError(
                 f"step={step!r}: use 'optimizer', None, or a callable returning your loop's step."
@@ -223,15 +217,9 @@ class AccelerateHook:
         self.accelerator = accelerator
         self._torch_opt = _torch_optimizer(accelerator, optimizer)
         if memwatch is None:
-            opts = dict(memwatch_options)
-            opts.setdefault("device", _device_of(accelerator))
-            opts.setdefault("out_dir", _default_out_dir(accelerator))
-            try:
-                memwatch = MemWatch(**opts)
-            except TypeError as e:
-                raise ConfigError(
-                    f"attach(): {e}; see memwatch.MemWatch for the options it accepts."
-                ) from e
+            memwatch = build_memwatch("attach()", session_options(
+                None, memwatch_options, _device_of(accelerator), _default_out_dir(accelerator),
+                for_eval=False))
         self.memwatch: MemWatch = memwatch
         self.log_every_n_steps = log_every_n_steps
         self.step = step
@@ -252,7 +240,7 @@ class AccelerateHook:
         self._loader_count = -1
         self._pass_start: dict[int, int] = {}
         self._last_epoch_step = 0
-        self._warned: set[tuple[str, str]] = set()
+        self._warner = FindingWarner()
         self._logging_broken = False
         self._looked_for_febs = False
         self.attached = False
@@ -433,22 +421,8 @@ class AccelerateHook:
         return new
 
     def _warn_once(self, f: Finding) -> None:
-        # Once per (kind, metric); once more when a later verdict names the holder that the
-        # first could not (the census needs two epoch ends), since that is news.
-        key = (f.kind, f.metric)
-        named = (f.kind, f.metric + "#culprit")
-        if key in self._warned and (not f.culprit or named in self._warned):
-            return
-        self._warned.add(key)
-        if f.culprit:
-            self._warned.add(named)
         rank = f" [rank {self._rank}]" if self._world > 1 else ""
-        text = f"memwatch{rank}: {f.kind} in {f.metric}: {f.message}"
-        if f.culprit and f.culprit not in text:
-            text += f" Held by: {f.culprit}."
-        if f.suggestions:
-            text += " Try: " + "; ".join(f.suggestions)
-        warnings.warn(text, MemWatchWarning, stacklevel=3)
+        self._warner.warn(f, rank, stacklevel=3)
 
     # ------------------------------------------------------------------ logging
     def _log_step(self, n: int) -> int | None:

@@ -49,8 +49,16 @@ except ImportError:  # pragma: no cover - depends on what is installed
 
 import numpy as np
 
-from memwatch.errors import ConfigError, MemWatchWarning
+from memwatch.errors import MemWatchWarning
 from memwatch.findings import Finding
+from memwatch.integrations._adapter import (
+    GRACEFUL_STOP_WATCHDOG,
+    FindingWarner,
+    check_given,
+    check_log_every,
+    check_options,
+    session_options,
+)
 from memwatch.integrations._logkeys import (
     FINDING_COLUMNS,
     PREFIX,
@@ -133,38 +141,13 @@ class MemWatchCallback(Callback):
         wandb_sink: bool = True,
         **memwatch_options: Any,
     ) -> None:
-        if memwatch is not None and memwatch_options:
-            raise ConfigError(
-                f"MemWatchCallback got memwatch=... and MemWatch options "
-                f"{sorted(memwatch_options)}; configure the MemWatch you pass instead."
-            )
-        if memwatch is not None and not isinstance(memwatch, MemWatch):
-            raise ConfigError(
-                f"memwatch={memwatch!r} is not a memwatch.MemWatch; pass one or leave it None."
-            )
-        if log_every_n_steps is not None and (
-            not isinstance(log_every_n_steps, int)
-            or isinstance(log_every_n_steps, bool)
-            or log_every_n_steps < 1
-        ):
-            raise ConfigError(
-                f"log_every_n_steps={log_every_n_steps!r} must be an int >= 1, or None to use "
-                "the trainer's log_every_n_steps."
-            )
+        check_given("MemWatchCallback", memwatch, memwatch_options)
+        if log_every_n_steps is not None:
+            check_log_every(log_every_n_steps,
+                            ", or None to use the trainer's log_every_n_steps.")
         if graceful_stop and memwatch is None and "watchdog" not in memwatch_options:
-            # The watchdog decides when to stop (OOM forecast within its horizon, or critical
-            # usage); this callback turns its decision into a checkpoint and a clean stop.
-            memwatch_options["watchdog"] = {"on_critical": ("alert", "bundle", "stop"),
-                                            "on_forecast": ("alert", "stop")}
-        # Validate MemWatch options now (a typo should fail at construction, not mid-setup).
-        probe_opts = dict(memwatch_options)
-        probe_opts.setdefault("device", "cpu")
-        try:
-            MemWatch(**probe_opts)
-        except TypeError as e:
-            raise ConfigError(
-                f"MemWatchCallback: {e}; see memwatch.MemWatch for the options it accepts."
-            ) from e
+            memwatch_options["watchdog"] = dict(GRACEFUL_STOP_WATCHDOG)
+        check_options("MemWatchCallback", memwatch_options)
         self._options = memwatch_options
         self._given = memwatch
         self.log_every_n_steps = log_every_n_steps
@@ -181,7 +164,7 @@ class MemWatchCallback(Callback):
         self.findings: list[Finding] = []
         self.bundle_path: Path | None = None
         self.stopped_by_memwatch = False
-        self._warned: set[tuple[str, str, str]] = set()
+        self._warner = FindingWarner()
         self._every = 1
         self._last_global_step = -1
         self._pending_state: dict[str, Any] | None = None
@@ -305,29 +288,8 @@ class MemWatchCallback(Callback):
         return out
 
     def _new_memwatch(self, for_eval: bool = False) -> MemWatch:
-        opts = dict(self._options)
-        if self._given is not None:
-            # An evaluation timeline mirrors the configuration of the MemWatch the user passed.
-            g = self._given
-            opts = {
-                "device": getattr(g, "_device_spec", "auto"),
-                "host": g.host,
-                "workers": g.workers,
-                "out_dir": g.out_dir,
-                "interval_s": g.interval_s,
-                "capacity": g.capacity,
-                "buckets_per_epoch": g.buckets_per_epoch,
-                "analyze": g.analyze,
-                "census": g.census_mode,
-            }
-        opts.setdefault("device", self._device)
-        opts.setdefault("out_dir", self._out_dir)
-        if for_eval:
-            # One process, one flight recorder: the training session owns bundles, signal
-            # handlers and the watchdog; an evaluation timeline only samples and judges.
-            opts.update(recorder=False, signals=False, watchdog=False)
-            opts.pop("sinks", None)  # the user's sinks watch training; never closed by an eval
-        else:
+        opts = session_options(self._given, self._options, self._device, self._out_dir, for_eval)
+        if not for_eval:
             opts.setdefault("log_every_n_steps", self._every)  # sinks follow the trainer's cadence
         return MemWatch(**opts)
 
@@ -456,25 +418,11 @@ class MemWatchCallback(Callback):
                     self._warn_once(trainer, f, stage)
 
     def _warn_once(self, trainer: Any, f: Finding, stage: str) -> None:
-        # Once per (stage, kind, metric); once more when a later verdict names the holder that
-        # the first one could not (the census needs two epoch ends), since that is news.
-        key = (stage, f.kind, f.metric)
-        named = (stage, f.kind, f.metric + "#culprit")
-        if key in self._warned and (not f.culprit or named in self._warned):
-            return
-        self._warned.add(key)
-        if f.culprit:
-            self._warned.add(named)
-        where = "" if stage == "train" else f" [{stage} loop]"
         rank = ""
         if getattr(trainer, "world_size", 1) > 1:
             rank = f" [rank {getattr(trainer, 'global_rank', 0)}]"
-        text = f"memwatch{rank}{where}: {f.kind} in {f.metric}: {f.message}"
-        if f.culprit and f.culprit not in text:
-            text += f" Held by: {f.culprit}."
-        if f.suggestions:
-            text += " Try: " + "; ".join(f.suggestions)
-        warnings.warn(text, MemWatchWarning, stacklevel=2)
+        where = "" if stage == "train" else f" [{stage} loop]"
+        self._warner.warn(f, rank + where, stage, stacklevel=2)
 
     # ------------------------------------------------------------------ watchdog
     def _check_stop(self, trainer: Any, mw: MemWatch) -> None:
@@ -540,7 +488,7 @@ class MemWatchCallback(Callback):
         state: dict[str, Any] = {
             "version": _STATE_VERSION,
             "findings": [f.to_dict() for f in self.findings],
-            "warned": [list(k) for k in sorted(self._warned)],
+            "warned": [list(k) for k in sorted(self._warner.warned)],
         }
         mw = self.memwatch
         if mw is not None and mw.timeline is not None:
@@ -562,7 +510,8 @@ class MemWatchCallback(Callback):
             return
         try:
             self.findings = [Finding.from_dict(d) for d in state.get("findings", [])]
-            self._warned = {(str(a), str(b), str(c)) for a, b, c in state.get("warned", [])}
+            self._warner.warned = {(str(a), str(b), str(c))
+                                   for a, b, c in state.get("warned", [])}
             train = state.get("train")
             if train:
                 keys = mw.timeline.keys

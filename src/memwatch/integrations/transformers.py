@@ -74,6 +74,14 @@ except ImportError as _e:  # pragma: no cover - depends on what is installed
 
 from memwatch.errors import ConfigError, MemWatchWarning
 from memwatch.findings import Finding
+from memwatch.integrations._adapter import (
+    GRACEFUL_STOP_WATCHDOG,
+    FindingWarner,
+    check_given,
+    check_log_every,
+    check_options,
+    session_options,
+)
 from memwatch.integrations._logkeys import PREFIX, findings_metrics, is_count, to_log_metrics
 from memwatch.session import MemWatch
 
@@ -153,40 +161,18 @@ class MemWatchCallback(TrainerCallback):
         recovered_oom: str = "event",
         **memwatch_options: Any,
     ) -> None:
-        if memwatch is not None and memwatch_options:
-            raise ConfigError(
-                f"MemWatchCallback got memwatch=... and MemWatch options "
-                f"{sorted(memwatch_options)}; configure the MemWatch you pass instead."
-            )
-        if memwatch is not None and not isinstance(memwatch, MemWatch):
-            raise ConfigError(
-                f"memwatch={memwatch!r} is not a memwatch.MemWatch; pass one or leave it None."
-            )
-        if log_every_n_steps is not None and (
-            not isinstance(log_every_n_steps, int)
-            or isinstance(log_every_n_steps, bool)
-            or log_every_n_steps < 1
-        ):
-            raise ConfigError(
-                f"log_every_n_steps={log_every_n_steps!r} must be an int >= 1, or None to add "
-                "memwatch keys to the rows the trainer logs."
-            )
+        check_given("MemWatchCallback", memwatch, memwatch_options)
+        if log_every_n_steps is not None:
+            check_log_every(log_every_n_steps,
+                            ", or None to add memwatch keys to the rows the trainer logs.")
         if recovered_oom not in _RECOVERED_CHOICES:
             raise ConfigError(
                 f"recovered_oom={recovered_oom!r}: use 'event' (no bundle) or 'bundle' (one "
                 "bundle for the first OOM a batch-size finder recovered from)."
             )
         if graceful_stop and memwatch is None and "watchdog" not in memwatch_options:
-            memwatch_options["watchdog"] = {"on_critical": ("alert", "bundle", "stop"),
-                                            "on_forecast": ("alert", "stop")}
-        probe_opts = dict(memwatch_options)
-        probe_opts.setdefault("device", "cpu")
-        try:  # a typo fails here, at construction, not in the middle of train()
-            MemWatch(**probe_opts)
-        except TypeError as e:
-            raise ConfigError(
-                f"MemWatchCallback: {e}; see memwatch.MemWatch for the options it accepts."
-            ) from e
+            memwatch_options["watchdog"] = dict(GRACEFUL_STOP_WATCHDOG)
+        check_options("MemWatchCallback", memwatch_options)
         self._options = memwatch_options
         self._given = memwatch
         self.log_every_n_steps = log_every_n_steps
@@ -203,7 +189,7 @@ class MemWatchCallback(TrainerCallback):
         self.train_batch_size: int | None = None
         self.stopped_by_memwatch = False
         self.trainer: Any = None
-        self._warned: set[tuple[str, str, str]] = set()
+        self._warner = FindingWarner()
         self._every = log_every_n_steps or 0
         self._attempt_open = False
         self._in_own_log = False
@@ -369,20 +355,8 @@ class MemWatchCallback(TrainerCallback):
         return g is None or g is self.memwatch or getattr(g, "_closed", False)
 
     def _new_memwatch(self, for_eval: bool = False) -> MemWatch:
-        opts = dict(self._options)
-        if self._given is not None:
-            g = self._given
-            opts = {"device": getattr(g, "_device_spec", "auto"), "host": g.host,
-                    "workers": g.workers, "out_dir": g.out_dir, "interval_s": g.interval_s,
-                    "analyze": g.analyze, "census": g.census_mode}
-        opts.setdefault("device", self._device)
-        opts.setdefault("out_dir", self._out_dir)
-        if for_eval:
-            # One process, one flight recorder: training owns bundles, signals and the watchdog;
-            # and the sinks, whose series are training's (evaluation is logged under val/).
-            opts.update(recorder=False, signals=False, watchdog=False)
-            opts.pop("sinks", None)
-        return MemWatch(**opts)
+        return MemWatch(**session_options(self._given, self._options, self._device,
+                                          self._out_dir, for_eval))
 
     def _on_train_end(self, state: Any) -> None:
         extra: dict[str, float] = {}
@@ -527,21 +501,8 @@ class MemWatchCallback(TrainerCallback):
                     self._warn_once(f, stage)
 
     def _warn_once(self, f: Finding, stage: str) -> None:
-        # Once per (stage, kind, metric); once more when a later verdict names the holder.
-        key = (stage, f.kind, f.metric)
-        named = (stage, f.kind, f.metric + "#culprit")
-        if key in self._warned and (not f.culprit or named in self._warned):
-            return
-        self._warned.add(key)
-        if f.culprit:
-            self._warned.add(named)
         where = "" if stage == "train" else " [evaluation loop]"
-        text = f"memwatch{where}: {f.kind} in {f.metric}: {f.message}"
-        if f.culprit and f.culprit not in text:
-            text += f" Held by: {f.culprit}."
-        if f.suggestions:
-            text += " Try: " + "; ".join(f.suggestions)
-        warnings.warn(text, MemWatchWarning, stacklevel=2)
+        self._warner.warn(f, where, stage, stacklevel=2)
 
     # ------------------------------------------------------------------ watchdog
     def _stop(self, control: Any, mw: MemWatch) -> None:

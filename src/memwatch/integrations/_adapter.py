@@ -1,0 +1,109 @@
+"""What every framework adapter does the same way: option checks, session options, warnings.
+
+The Lightning and transformers callbacks and the Accelerate hook differ in how they hear about
+steps and epochs; how they validate what the user passed, build an evaluation session, and warn
+about a finding is one piece of code here, so the three cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from memwatch.errors import ConfigError, MemWatchWarning
+from memwatch.findings import Finding
+from memwatch.session import MemWatch
+
+#: What ``graceful_stop=True`` asks of the watchdog when the user configured none: it decides
+#: when to stop (OOM forecast within its horizon, or critical usage); the adapter turns that
+#: decision into a checkpoint and a clean stop.
+GRACEFUL_STOP_WATCHDOG: dict[str, Any] = {"on_critical": ("alert", "bundle", "stop"),
+                                          "on_forecast": ("alert", "stop")}
+
+
+def check_given(who: str, memwatch: Any, options: dict[str, Any]) -> None:
+    """A MemWatch the user passes comes configured: it excludes MemWatch options."""
+    if memwatch is not None and options:
+        raise ConfigError(
+            f"{who} got memwatch=... and MemWatch options {sorted(options)}; "
+            "configure the MemWatch you pass instead."
+        )
+    if memwatch is not None and not isinstance(memwatch, MemWatch):
+        raise ConfigError(
+            f"memwatch={memwatch!r} is not a memwatch.MemWatch; pass one or leave it None."
+        )
+
+
+def check_log_every(value: Any, fix: str) -> None:
+    """``log_every_n_steps`` must be a positive int; ``fix`` ends the message (", e.g. 50.")."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"log_every_n_steps={value!r} must be an int >= 1{fix}")
+
+
+def build_memwatch(who: str, options: dict[str, Any]) -> MemWatch:
+    """``MemWatch(**options)``, an unknown option reported as a ConfigError naming ``who``."""
+    try:
+        return MemWatch(**options)
+    except TypeError as e:
+        raise ConfigError(f"{who}: {e}; see memwatch.MemWatch for the options it accepts.") from e
+
+
+def check_options(who: str, options: dict[str, Any]) -> None:
+    """Validate MemWatch options at construction (a typo fails there, not mid-training)."""
+    build_memwatch(who, {"device": "cpu", **options})
+
+
+def session_options(given: MemWatch | None, options: dict[str, Any], device: Any,
+                    out_dir: str, for_eval: bool) -> dict[str, Any]:
+    """Options of a session the adapter creates: the user's options (or, for the evaluation
+    timeline beside a MemWatch the user passed, that MemWatch's configuration), the adapter's
+    device and output folder as defaults, and for evaluation no recorder, signals, watchdog or
+    sinks (one process, one flight recorder: the training session owns them, and the user's
+    sinks watch training)."""
+    opts = dict(options)
+    if given is not None:
+        opts = {
+            "device": getattr(given, "_device_spec", "auto"),
+            "host": given.host,
+            "workers": given.workers,
+            "out_dir": given.out_dir,
+            "interval_s": given.interval_s,
+            "capacity": given.capacity,
+            "buckets_per_epoch": given.buckets_per_epoch,
+            "analyze": given.analyze,
+            "census": given.census_mode,
+        }
+    opts.setdefault("device", device)
+    opts.setdefault("out_dir", out_dir)
+    if for_eval:
+        opts.update(recorder=False, signals=False, watchdog=False)
+        opts.pop("sinks", None)
+    return opts
+
+
+class FindingWarner:
+    """A :class:`memwatch.MemWatchWarning` once per (stage, kind, metric), and once more when a
+    later verdict names the holder the first could not (the census needs two epoch ends), since
+    that is news."""
+
+    def __init__(self) -> None:
+        #: (stage, kind, metric) already warned about; checkpointable as a list of lists.
+        self.warned: set[tuple[str, str, str]] = set()
+
+    def warn(self, f: Finding, labels: str = "", stage: str = "train",
+             stacklevel: int = 2) -> None:
+        """Warn about ``f`` unless already warned; ``labels`` follow "memwatch" in the text
+        (e.g. " [rank 1] [val loop]"); ``stacklevel`` is the caller's, as for warnings.warn."""
+        key = (stage, f.kind, f.metric)
+        named = (stage, f.kind, f.metric + "#culprit")
+        if key in self.warned and (not f.culprit or named in self.warned):
+            return
+        self.warned.add(key)
+        if f.culprit:
+            self.warned.add(named)
+        text = f"memwatch{labels}: {f.kind} in {f.metric}: {f.message}"
+        if f.culprit and f.culprit not in text:
+            text += f" Held by: {f.culprit}."
+        if f.suggestions:
+            text += " Try: " + "; ".join(f.suggestions)
+        warnings.warn(text, MemWatchWarning, stacklevel=stacklevel + 1)
