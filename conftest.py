@@ -11,13 +11,19 @@ do at import time).
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 from _pytest.doctest import DoctestItem, DoctestModule
 
 PACKAGE = Path(__file__).resolve().parent / "src" / "memwatch"
+BENCHMARKS = Path(__file__).resolve().parent / "benchmarks"
 
 # Modules that import an optional framework when imported (Lightning, transformers, wandb, ...):
 # doctest collection imports every module, so a missing extra must not break `pytest`. Their
@@ -44,3 +50,41 @@ def _doctest_tmp(request: pytest.FixtureRequest, doctest_namespace: dict[str, An
     if isinstance(request.node, DoctestItem):
         tmp: Path = request.getfixturevalue("tmp_path")
         doctest_namespace["tmp"] = str(tmp)
+
+
+def _load_benchmark(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def benchmark_module() -> Callable[[str], ModuleType]:
+    """Load ``benchmarks/<name>.py`` as a module (benchmarks are scripts, not a package)."""
+    return _load_benchmark
+
+
+@pytest.fixture
+def quick_benchmark(tmp_path: Path) -> Callable[[str], tuple[Any, dict[str, Any]]]:
+    """Run ``benchmarks/<name>.py --quick --out <tmp>``: (what main() returned, the JSON written).
+
+    Benchmarks pin torch's thread count for steady timings; it is restored afterwards so the
+    tests that follow run as configured.
+    """
+
+    def run(name: str) -> tuple[Any, dict[str, Any]]:
+        bench = _load_benchmark(name)
+        out = tmp_path / f"{name}.json"
+        torch = sys.modules.get("torch")
+        threads = torch.get_num_threads() if torch is not None else None
+        try:
+            res = bench.main(["--quick", "--out", str(out)])
+        finally:
+            torch = sys.modules.get("torch")
+            if torch is not None and threads is not None:
+                torch.set_num_threads(threads)
+        return res, json.loads(out.read_text())
+
+    return run

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -49,18 +49,11 @@ def test_bench_own_memory_short(tmp_path: Path) -> None:
     assert "peak held by memwatch" in proc.stdout
 
 
-def _load_run_all() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("run_all", BENCH / "run_all.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_run_all_continues_past_failures_and_reports_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
+    benchmark_module: Callable[[str], ModuleType],
 ) -> None:
-    run_all = _load_run_all()
+    run_all = benchmark_module("run_all")
     (tmp_path / "bench_a_fails.py").write_text("import sys; print('A ran'); sys.exit(3)\n")
     (tmp_path / "bench_b_works.py").write_text("print('B ran')\n")
     (tmp_path / "not_a_bench.py").write_text("raise SystemExit('must not run')\n")

@@ -6,28 +6,15 @@ quick run's ratios are noise, so only gross regressions are caught here.
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import math
-from pathlib import Path
-
-import torch
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_lightning_overhead.py"
+from collections.abc import Callable
+from typing import Any
 
 
-def test_overhead_benchmark_quick_mode(tmp_path: Path) -> None:
-    spec = importlib.util.spec_from_file_location("bench_lightning_overhead", BENCH)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    out = tmp_path / "lightning_overhead.json"
-    threads = torch.get_num_threads()
-    try:
-        res = bench.main(["--quick", "--out", str(out)])
-    finally:
-        torch.set_num_threads(threads)
-    on_disk = json.loads(out.read_text())
+def test_overhead_benchmark_quick_mode(
+    quick_benchmark: Callable[[str], tuple[Any, dict[str, Any]]],
+) -> None:
+    res, on_disk = quick_benchmark("bench_lightning_overhead")
     assert on_disk["ratio_median"] == res["ratio_median"]
     assert set(on_disk["step_ms"]) == {"baseline", "memwatch", "devicestats"}
     for variant in ("memwatch", "devicestats"):
