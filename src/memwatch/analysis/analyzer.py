@@ -366,26 +366,31 @@ class Analyzer:
                 wanted[id(g)] = ids[len(ids) // 2]
         objs = census.objects_by_ids(set(wanted.values()))
         scored = []
+        obj = None
         for g in cands:
             obj = objs.get(wanted.get(id(g), -1))
             gb = 0
             if obj is not None and g.group.grad_fn:
                 gb, _ = census.graph_bytes(obj)
             scored.append((g.bytes_delta + gb * max(g.count_delta, 0), g, gb))
-        del objs
+        del obj
         scored.sort(key=lambda x: x[0], reverse=True)
         deadline = time.perf_counter() + self.config.holder_budget_s
         for eff, g, gb in scored:
             if time.perf_counter() > deadline:
                 break
-            if g.count_delta <= 0 and g.bytes_delta <= 0:
+            # Out of the dict before the walk: a container of ours must not be reported as
+            # the holder (our frames are skipped, our dicts would not be).
+            target = objs.pop(wanted.get(id(g), -1), None)
+            if target is None or (g.count_delta <= 0 and g.bytes_delta <= 0):
                 continue
-            holder = census.find_holder(wanted.get(id(g), -1),
-                                        budget_s=max(deadline - time.perf_counter(), 0.1))
+            holder = census.holder_of(target, budget_s=max(deadline - time.perf_counter(), 0.1))
+            del target
             if holder is None:
                 continue
             out.update(holder=holder, group=g, graph_bytes=gb, effective_bytes=eff)
             break
+        del objs
         if "holder" not in out and scored:
             out.update(group=scored[0][1], graph_bytes=scored[0][2], effective_bytes=scored[0][0])
         out["attribution_ms"] = round((time.perf_counter() - t0) * 1000.0, 1)

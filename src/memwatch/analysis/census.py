@@ -261,6 +261,13 @@ def find_holder(obj_id: int, max_depth: int = 10, budget_s: float = 2.0) -> Hold
     target = _object_by_id(obj_id)
     if target is None:
         return None
+    return holder_of(target, max_depth, budget_s)
+
+
+def holder_of(target: Any, max_depth: int = 10, budget_s: float = 2.0) -> Holder | None:
+    """Name what keeps ``target`` alive (bounded walk upwards). The caller's own containers
+    must not hold it (they would be reported); its frames are skipped when they run memwatch's
+    code, so pass it from there or through :func:`find_holder`."""
     walker = _Walker(budget_s)
     try:
         return walker.walk(target, max_depth)
