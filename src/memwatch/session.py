@@ -224,7 +224,6 @@ class MemWatch:
         self.rank = rank_info()
         self.disabled: dict[str, str] = {}
         self._fast_probes: list[Probe] = []
-        self._fast_widths: list[int] = []
         self._slow: SlowReader | None = None
         self._sampler: BackgroundSampler | None = None
         self._analyzer: Any = None
@@ -253,7 +252,6 @@ class MemWatch:
             probes.append(WorkersProbe())
         self.probes = probes
         self._fast_probes = [p for p in probes if p.fast_keys]
-        self._fast_widths = [len(p.fast_keys) for p in self._fast_probes]
         self._slow = SlowReader([p for p in probes if p.slow_keys], self._probe_failed)
         keys = [k for p in self._fast_probes for k in p.fast_keys] + list(self._slow.keys)
         self.timeline = Timeline(keys, capacity=self.capacity,
