@@ -44,6 +44,9 @@ key                                                 meaning
 ``memwatch/val/<metric>_gib``, ``.peak_gib``        evaluation loop: last value and peak
 ``memwatch/findings/count``, ``/<kind>``            new findings at this epoch (or evaluation) end
 ``memwatch/findings/<kind>.<metric>_mib_per_step``  growth rate of a finding
+``memwatch/rank<r>/<metric>.peak_gib``              rank 0, distributed: each rank's epoch peak
+``memwatch/rank<r>/<metric>.floor_gib``             ... and floor (from the epoch-end exchange)
+``memwatch/ranks/<metric>.imbalance``               rank 0: highest rank's peak / lowest rank's
 ``memwatch/oom``                                    1 when a run died and left a bundle
 ``memwatch/recovered_ooms``                         OOMs a batch-size finder recovered from
 ``memwatch/train_batch_size``                       the batch size training finished with
@@ -196,6 +199,7 @@ class MemWatchCallback(TrainerCallback):
         self._pending_logs: dict[str, float] = {}
         self._device: Any = "cpu"
         self._out_dir = "memwatch"
+        self._rank_label = ""  # " [rank N]" in warnings when several processes train
         self._warned_order = False
 
     # ------------------------------------------------------------------ hooks
@@ -329,6 +333,7 @@ class MemWatchCallback(TrainerCallback):
                 self.close()
         self._device = _device_of(args, self._options)
         self._out_dir = _out_dir_of(args, self._options)
+        self._rank_label = _rank_label(args)
         self.train_batch_size = _int_or_none(getattr(state, "train_batch_size", None))
         mw = self._given if self._given is not None and not self._given_used() else None
         try:
@@ -492,6 +497,12 @@ class MemWatchCallback(TrainerCallback):
         del self.findings[:-_MAX_FINDINGS]
         try:
             out.update(findings_metrics(new, stage=stage))
+            if stage == "train" and mw.rank_summaries:
+                # Rank 0 after the epoch-end exchange: every rank's floors and peaks, in the same
+                # row as the findings (Trainer.log runs on every process; only rank 0 has them).
+                from memwatch.distributed import rank_log_metrics
+
+                out.update(rank_log_metrics(mw.rank_summaries, PREFIX))
         except Exception as e:  # noqa: BLE001
             log.warning("memwatch: findings not logged (%s: %s)", type(e).__name__, e)
         self._emit(out)
@@ -502,7 +513,7 @@ class MemWatchCallback(TrainerCallback):
 
     def _warn_once(self, f: Finding, stage: str) -> None:
         where = "" if stage == "train" else " [evaluation loop]"
-        self._warner.warn(f, where, stage, stacklevel=2)
+        self._warner.warn(f, self._rank_label + where, stage, stacklevel=2)
 
     # ------------------------------------------------------------------ watchdog
     def _stop(self, control: Any, mw: MemWatch) -> None:
@@ -610,6 +621,15 @@ def _out_dir_of(args: Any, options: dict[str, Any]) -> str:
     if int(getattr(args, "world_size", 1) or 1) > 1:
         out = os.path.join(out, f"rank{getattr(args, 'process_index', 0)}")
     return out
+
+
+def _rank_label(args: Any) -> str:
+    try:
+        if int(getattr(args, "world_size", 1) or 1) > 1:
+            return f" [rank {int(getattr(args, 'process_index', 0) or 0)}]"
+    except (TypeError, ValueError):
+        pass
+    return ""
 
 
 def _int_or_none(v: Any) -> int | None:
