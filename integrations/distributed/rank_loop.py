@@ -1,7 +1,11 @@
 """A plain torch.distributed (gloo, CPU) training loop under memwatch.watch(), one planted problem
 per mode. Launched by test_distributed.py with torchrun or as hand-started ranks.
 
-    python rank_loop.py MODE OUT_DIR     (MODE: rank1_leaks | rank1_ooms | count)
+    python rank_loop.py MODE OUT_DIR     (MODE: rank1_leaks | rank1_ooms | rank1_ooms_torchrun |
+                                          count)
+
+rank1_ooms_torchrun is rank1_ooms under torchrun: memwatch's signal handler is on, so rank 0 writes
+a bundle when torchrun stops it with SIGTERM after rank 1 died.
 """
 
 from __future__ import annotations
@@ -43,25 +47,31 @@ def main() -> None:
             setattr(dist, name, counted)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    timeout = 5.0 if mode == "rank1_ooms" else 60.0
+    ooms = mode in ("rank1_ooms", "rank1_ooms_torchrun")
+    timeout = 5.0 if ooms else 60.0
     report: dict[str, Any] = {"rank": rank, "epochs": [], "end_epoch_s": []}
     with memwatch.watch(device="cpu", workers=False, out_dir=str(out_dir / f"rank{rank}"),
-                        exchange_timeout_s=timeout, signals=False) as mw:
+                        exchange_timeout_s=timeout,
+                        signals=mode == "rank1_ooms_torchrun") as mw:
         for epoch in range(EPOCHS):
             for _ in range(80):
                 loss = torch.nn.functional.mse_loss(model(torch.randn(32, 64)), torch.randn(32, 1))
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
-                if rank == 1 and mode in ("rank1_leaks", "rank1_ooms"):
+                if rank == 1 and (ooms or mode == "rank1_leaks"):
                     keep.append(torch.randn(32, 512))  # 64 KiB per step, held forever
-                if rank == 1 and mode == "rank1_ooms" and epoch == 1:
+                if rank == 1 and ooms and epoch == 1:
                     if not keep or len(keep) == 81:
                         # Cap the address space a little above what is mapped now: the leak
                         # then dies of a real host OOM a few steps later.
                         vm = _vmsize()
                         resource.setrlimit(resource.RLIMIT_AS, (vm + (48 << 20),) * 2)
                     keep.append(torch.ones(1 << 20))  # 4 MiB more per step until it fails
+                if rank == 0 and mode == "rank1_ooms_torchrun" and epoch >= 2:
+                    # A real rank 0 would now hang in the training's next collective with the dead
+                    # rank 1; here it keeps training slowly (<= 40 s) until torchrun stops it.
+                    time.sleep(0.25)
                 before = dict(counts)
                 mw.step()
                 if counts != before:

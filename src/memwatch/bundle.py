@@ -19,6 +19,7 @@ memory.json         yes        latest sample and known limits at the failure
 timeline.jsonl      optional   recent raw samples and per-epoch summaries, one JSON per line
 census.json         optional   largest live tensors and their holders
 allocator.json      optional   allocator statistics and a segment summary (device runs)
+ranks.json          optional   rank 0 of a distributed run: every rank's last epoch-end summary
 snapshot.pickle     optional   allocator snapshot (plain containers; read with safepickle)
 report.html         optional   self-contained offline report
 ==================  =========  ==============================================================
@@ -72,7 +73,7 @@ TMP_PREFIX = ".tmp-"
 REQUIRED_FILES: tuple[str, ...] = ("manifest.json", "environment.json", "findings.json",
                                    "memory.json")
 OPTIONAL_FILES: tuple[str, ...] = ("snapshot.pickle", "census.json", "timeline.jsonl",
-                                   "allocator.json", "report.html")
+                                   "allocator.json", "ranks.json", "report.html")
 #: Temporary directories older than this are removed even when their writer's pid is unknown
 #: (another host on a shared filesystem).
 STALE_AFTER_S = 3600.0
@@ -349,7 +350,8 @@ def open_bundle(path: str | os.PathLike[str]) -> Bundle:
 
 
 def find_bundles(directory: str | os.PathLike[str]) -> list[tuple[Path, Bundle | BundleError]]:
-    """Bundles under ``directory`` (an ``out_dir`` or its ``oom/``), oldest first.
+    """Bundles under ``directory`` (an ``out_dir``, its ``oom/``, or a folder of per-rank
+    ``out_dir``s such as ``run/rank0/oom/...``), oldest first.
 
     Each entry is the path and either the opened bundle or the error that stops it from opening.
     Temporary directories of writers still running (or of crashed ones) are included as errors.
@@ -361,7 +363,17 @@ def find_bundles(directory: str | os.PathLike[str]) -> list[tuple[Path, Bundle |
         candidates = [d]
     else:
         root = d / OOM_SUBDIR if (d / OOM_SUBDIR).is_dir() else d
-        candidates = sorted(c for c in root.iterdir() if c.is_dir())
+        candidates = []
+        for c in root.iterdir():
+            if not c.is_dir():
+                continue
+            if not (c / "manifest.json").is_file() and not c.name.startswith(TMP_PREFIX) \
+                    and (c / OOM_SUBDIR).is_dir():  # one rank's out_dir
+                candidates.extend(x for x in (c / OOM_SUBDIR).iterdir() if x.is_dir())
+            else:
+                candidates.append(c)
+        # Names start with the UTC time: sorting by name is oldest first across folders too.
+        candidates.sort(key=lambda c: (c.name.startswith(TMP_PREFIX), c.name, str(c)))
     out: list[tuple[Path, Bundle | BundleError]] = []
     for c in candidates:
         try:

@@ -17,12 +17,13 @@ from __future__ import annotations
 import datetime
 import logging
 import math
+import os
 import pickle
 import re
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memwatch.findings import Finding, Severity
@@ -32,6 +33,58 @@ log = logging.getLogger("memwatch")
 
 #: Metrics summarised per rank (the ones verdicts and imbalance are computed on).
 SUMMARY_METRICS = ("device.allocated", "device.peak", "device.reserved", "host.rss", "workers.uss")
+
+
+#: Launcher variables that name one job, strongest first, with the prefix of the id they give.
+JOB_ENV: tuple[tuple[str, str], ...] = (
+    ("MEMWATCH_JOB_ID", ""), ("SLURM_JOB_ID", "slurm-"), ("TORCHELASTIC_RUN_ID", "torchelastic-"),
+    ("LSB_JOBID", "lsf-"), ("PBS_JOBID", "pbs-"),
+)
+
+
+def job_identity(env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Which job this process belongs to, from the launcher's environment.
+
+    ``{"id", "source", "attempt"}``: ``id`` is ``None`` when nothing names a job (a single process
+    started by hand). ``source`` is the variable the id came from; ``"MASTER_ADDR"`` (address and
+    port of the rendezvous) is the weakest, since ports are reused by later jobs. ``attempt`` is
+    torchelastic's restart count (ranks of one attempt fail together). SLURM ids carry the array
+    task and the step, so two ``srun`` launches in one allocation are two jobs.
+
+    Example::
+
+        >>> job_identity({"TORCHELASTIC_RUN_ID": "a1b2", "TORCHELASTIC_RESTART_COUNT": "1"})
+        {'id': 'torchelastic-a1b2', 'source': 'TORCHELASTIC_RUN_ID', 'attempt': 1}
+        >>> job_identity({"SLURM_JOB_ID": "77", "SLURM_ARRAY_TASK_ID": "3", "SLURM_STEP_ID": "0"})
+        {'id': 'slurm-77_3.0', 'source': 'SLURM_JOB_ID', 'attempt': None}
+        >>> job_identity({"TORCHELASTIC_RUN_ID": "none", "MASTER_ADDR": "10.0.0.1",
+        ...               "MASTER_PORT": "29500", "WORLD_SIZE": "8"})["id"]
+        'master-10.0.0.1:29500'
+        >>> job_identity({})["id"] is None
+        True
+    """
+    env = os.environ if env is None else env
+    attempt_s = env.get("TORCHELASTIC_RESTART_COUNT", "")
+    attempt = int(attempt_s) if attempt_s.isdigit() else None
+    for var, prefix in JOB_ENV:
+        val = (env.get(var) or "").strip()
+        if not val or val.lower() == "none":  # torchrun's default rendezvous id is "none"
+            continue
+        if var == "SLURM_JOB_ID":
+            if env.get("SLURM_ARRAY_TASK_ID"):
+                val += f"_{env['SLURM_ARRAY_TASK_ID']}"
+            if env.get("SLURM_STEP_ID"):
+                val += f".{env['SLURM_STEP_ID']}"
+        return {"id": _safe_id(prefix + val), "source": var, "attempt": attempt}
+    if env.get("MASTER_ADDR") and env.get("MASTER_PORT") and \
+            (env.get("WORLD_SIZE", "1") or "1") not in ("0", "1"):
+        return {"id": _safe_id(f"master-{env['MASTER_ADDR']}:{env['MASTER_PORT']}"),
+                "source": "MASTER_ADDR", "attempt": attempt}
+    return {"id": None, "source": None, "attempt": attempt}
+
+
+def _safe_id(s: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_.:@" else "-" for c in s)[:128]
 
 
 def dist_ready() -> Any | None:
@@ -56,7 +109,8 @@ class RankExchange:
     collective.
     """
 
-    def __init__(self, dist: Any, timeout_s: float = 60.0) -> None:
+    def __init__(self, dist: Any, timeout_s: float = 60.0,
+                 job: dict[str, Any] | None = None) -> None:
         self.dist = dist
         self.rank = int(dist.get_rank())
         self.world_size = int(dist.get_world_size())
@@ -69,6 +123,25 @@ class RankExchange:
         self.last_bytes = 0
         self.last_ms = 0.0
         self.exchanges = 0
+        #: The job identity every rank agrees on: rank 0's, sent once at start (one small
+        #: broadcast, before the first step). Without a launcher id rank 0 makes one up, so the
+        #: bundles of every rank of this run still group together (``memwatch ls``).
+        self.job = self._agree_on_job(dict(job or {}))
+
+    def _agree_on_job(self, job: dict[str, Any]) -> dict[str, Any]:
+        if self.rank == 0 and job.get("source") in (None, "MASTER_ADDR"):
+            stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+            job = {"id": _safe_id(f"run-{socket.gethostname().split('.')[0]}-{stamp}-"
+                                  f"{os.getpid()}"), "source": "rank0",
+                   "attempt": job.get("attempt")}
+        box: list[Any] = [job]
+        try:
+            self.dist.broadcast_object_list(box, src=0, group=self.group)
+        except Exception as e:  # noqa: BLE001 - keep the local identity
+            log.warning("memwatch: job id not agreed across ranks (%s: %s)", type(e).__name__, e)
+            return job
+        got = box[0]
+        return dict(got) if isinstance(got, dict) else job
 
     def exchange(self, payload: dict[str, Any]) -> list[dict[str, Any] | None] | None:
         """Every rank calls this at its epoch end. Rank 0 gets one entry per rank (None for a rank
@@ -143,6 +216,7 @@ def rank_payload(session: Any, findings: Sequence[Finding], summary: Any) -> dic
         "host": socket.gethostname(),
         "epoch": getattr(summary, "epoch", None),
         "step": session.step_count,
+        "time": time.time(),
         "floor": floors,
         "peak": peaks,
         "limits": limits,

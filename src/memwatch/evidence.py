@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from memwatch.session import MemWatch
 
 __all__ = ["Capture", "capture", "environment", "environment_static", "exception_doc",
-           "segments_summary", "timeline_records"]
+           "ranks_doc", "segments_summary", "timeline_records"]
 
 _MAX_MESSAGE = 16 * 1024
 _MAX_TRACEBACK = 256 * 1024
@@ -246,6 +246,24 @@ def environment(session: MemWatch, static: dict[str, Any], history_on: bool) -> 
     env["env"] = redact_env({k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIXES)})
     env["history_recording"] = history_on
     return redact_obj(env)  # type: ignore[no-any-return]
+
+
+def ranks_doc(session: MemWatch) -> dict[str, Any] | None:
+    """``ranks.json`` (rank 0 of a distributed run): every rank's summary from the last epoch-end
+    exchange, and the ranks that did not answer. It shows what the other ranks looked like even
+    when they leave no bundle of their own. None when there is nothing to record."""
+    summaries = list(getattr(session, "rank_summaries", None) or [])
+    if not summaries:
+        return None
+    ex = getattr(session, "_exchange", None)
+    return {
+        "world_size": len(summaries),
+        "job": dict(getattr(session, "job", None) or {}),
+        "epoch": max((s.get("epoch") or 0 for s in summaries if isinstance(s, dict)), default=None),
+        "missing": [i for i, s in enumerate(summaries) if s is None],
+        "exchange_error": getattr(ex, "broken", None),
+        "summaries": summaries,
+    }
 
 
 def exception_doc(exc: BaseException, cls: Classification | None) -> dict[str, Any]:

@@ -61,6 +61,7 @@ from memwatch.evidence import (
     environment_static,
     exception_doc,
     qualname,
+    ranks_doc,
     rss_now,
     segments_summary,
     timeline_records,
@@ -483,6 +484,9 @@ class FlightRecorder:
             w.write_jsonl("timeline.jsonl", timeline_records(cap))
             if cap.census is not None:
                 w.write_json("census.json", redact_obj(cap.census))
+            ranks = ranks_doc(s)
+            if ranks is not None:
+                w.write_json("ranks.json", redact_obj(ranks))
             if cap.memory_stats is not None or cap.snapshot is not None:
                 w.write_json("allocator.json", {
                     "memory_stats": cap.memory_stats,
@@ -502,7 +506,9 @@ class FlightRecorder:
                 "host": host_name(),
                 "pid": os.getpid(),
                 "rank": rank,
+                "local_rank": s.rank.get("local_rank", 0),
                 "world_size": s.rank.get("world_size", 1),
+                "job": dict(getattr(s, "job", None) or {}),
                 "step": s.step_count,
                 "epoch": s.epoch,
             }

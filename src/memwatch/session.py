@@ -190,6 +190,10 @@ class MemWatch:
         #: On rank 0 after each epoch end: one summary per rank (None for a rank that did not
         #: answer). See memwatch.distributed.
         self.rank_summaries: list[Any] = []
+        #: Which job this process belongs to (``id``, ``source``, ``attempt``): from the launcher's
+        #: environment, agreed across ranks at start when running distributed. Recorded in every
+        #: bundle so ``memwatch ls`` can group the bundles of one job's ranks.
+        self.job: dict[str, Any] = {"id": None, "source": None, "attempt": None}
         self._recorder_config = RecorderConfig(
             enabled=bool(recorder), bundle_on=parse_bundle_on(bundle_on),
             max_bundles=max_bundles, max_bundle_bytes=max_bundle_bytes,
@@ -270,15 +274,20 @@ class MemWatch:
     def _start_exchange(self) -> None:
         """Per-rank summaries at epoch ends (never per step) when running distributed."""
         self.rank = rank_info()  # torch.distributed may have been initialised after __init__
+        from memwatch.distributed import RankExchange, dist_ready, job_identity
+
+        try:
+            self.job = job_identity()
+        except Exception:  # noqa: BLE001 - an odd environment must not stop the run
+            pass
         if self.distributed == "off":
             return
-        from memwatch.distributed import RankExchange, dist_ready
-
         dist = dist_ready()
         if dist is None:
             return
         try:
-            self._exchange = RankExchange(dist, self.exchange_timeout_s)
+            self._exchange = RankExchange(dist, self.exchange_timeout_s, self.job)
+            self.job = self._exchange.job
         except Exception as e:  # noqa: BLE001
             self._disable("rank exchange", e)
 

@@ -1,30 +1,42 @@
-"""Summarise a bundle in the terminal.
+"""Summarise a bundle, or compare the ranks of a distributed job, in the terminal.
 
-What ran out, how full memory was, the largest live tensors and what held them, the analyzer's
-findings, the allocator's segments (from the snapshot, read with a restricted unpickler that never
-runs code) and the last minutes of the timeline.
+BUNDLE: what ran out, how full memory was, the largest live tensors and what held them, the
+analyzer's findings, the allocator's segments (from the snapshot, read with a restricted unpickler
+that never runs code) and the last minutes of the timeline.
+
+DIR (an output directory holding the bundles of several ranks of one job, as ``memwatch ls``
+groups them): which rank failed first, when and why, and every rank's memory at that moment (the
+last sample each rank's own bundle holds from before it; for a rank without a bundle, its peaks at
+the last epoch end as rank 0 recorded them). With several jobs under DIR the newest is shown;
+``--job ID`` picks another.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
-from memwatch.bundle import open_bundle
+from memwatch.bundle import TMP_PREFIX, find_bundles, open_bundle
 from memwatch.cli._base import Command
-from memwatch.errors import MemwatchError
+from memwatch.errors import BundleError, MemwatchError
 from memwatch.evidence import segments_summary
+from memwatch.report.jobs import compare, group_jobs, render_comparison
 from memwatch.report.summary import summarize
 from memwatch.report.terminal import print_summary
 from memwatch.units import fmt_bytes
 
 
 class InspectCommand(Command):
-    """Print a terminal summary of BUNDLE: what ran out, how full, who held it, findings."""
+    """Print a terminal summary of BUNDLE (what ran out, how full, who held it, findings), or
+    compare the ranks of the job whose bundles are under DIR."""
 
     name = "inspect"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("bundle", metavar="BUNDLE", help="a bundle directory")
+        parser.add_argument("bundle", metavar="BUNDLE|DIR",
+                            help="a bundle directory, or a directory of several ranks' bundles")
+        parser.add_argument("--job", metavar="ID",
+                            help="with DIR: the job to compare (an id `memwatch ls DIR` shows)")
         parser.add_argument("--rows", type=int, default=12,
                             help="timeline rows to show (default 12)")
         parser.add_argument("--format", choices=("auto", "rich", "plain"), default="auto",
@@ -32,6 +44,12 @@ class InspectCommand(Command):
                                  "installed, plain text otherwise")
 
     def run(self, args: argparse.Namespace) -> int:
+        p = Path(args.bundle)
+        if p.is_dir() and not (p / "manifest.json").is_file() \
+                and not p.name.startswith(TMP_PREFIX) and _holds_bundles(p):
+            return self._job(p, args.job)
+        if args.job:
+            raise BundleError(f"--job is for a directory of bundles; {p} is one bundle")
         bundle = open_bundle(args.bundle)
         summary = summarize(bundle)
         snap = bundle.snapshot()  # validates the pickle too: a bad one exits 2
@@ -47,3 +65,33 @@ class InspectCommand(Command):
         except ImportError as e:  # --format rich without rich: one line, exit code 2
             raise MemwatchError(str(e)) from None
         return 0
+
+    def _job(self, d: Path, want: str | None) -> int:
+        entries = find_bundles(d)
+        jobs, rest = group_jobs(entries)
+        if want is not None:
+            picked = [j for j in jobs if j.id == want or j.label == want]
+            if not picked:
+                known = ", ".join(j.label for j in jobs) or "none"
+                raise BundleError(f"{d}: no job {want!r} (jobs there: {known})")
+            job = picked[0]
+        elif jobs:
+            job = jobs[-1]
+        else:
+            good = sum(1 for _, b in rest if not isinstance(b, BundleError))
+            raise BundleError(f"{d}: {good} bundle(s) of single-process runs, no distributed job; "
+                              "inspect one bundle: memwatch inspect <bundle> "
+                              "(`memwatch ls` lists them)")
+        print(render_comparison(compare(job)), end="")
+        if want is None and len(jobs) > 1:
+            others = ", ".join(j.label for j in jobs[:-1])
+            print(f"\n{len(jobs) - 1} older job(s) under {d}: {others} (--job ID to compare one)")
+        return 0
+
+
+def _holds_bundles(d: Path) -> bool:
+    """Whether ``d`` is an output directory (not a bundle): it has oom/ or bundle folders."""
+    try:
+        return any(c.is_dir() for c in d.iterdir())
+    except OSError:
+        return False

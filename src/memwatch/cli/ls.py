@@ -1,41 +1,108 @@
-"""List OOM bundles: time, trigger, classification, size (and why a broken one cannot be read).
+"""List OOM bundles: time, rank, trigger, classification, size (and why a broken one cannot be
+read).
 
-DIR is a memwatch output directory (the one given as ``out_dir``; default ``./memwatch``) or its
-``oom/`` subdirectory.
+DIR is a memwatch output directory (the one given as ``out_dir``; default ``./memwatch``), its
+``oom/`` subdirectory, or a folder holding one ``out_dir`` per rank (``run/rank0``, ``run/rank1``).
+Bundles of several ranks of one distributed job are listed together under a job heading that says
+which rank failed first (``memwatch inspect DIR`` compares them); bundles of single-process runs
+follow. ``--json`` prints the same as one JSON document.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
+from typing import Any
 
 from memwatch.bundle import Bundle, find_bundles
 from memwatch.cli._base import Command
+from memwatch.errors import BundleError
+from memwatch.report.jobs import Job, group_jobs
 from memwatch.units import fmt_bytes
+
+_HEAD = f"{'time (UTC)':<26} {'rank':>4} {'trigger':<13} {'class':<9} {'size':>10}  bundle"
+
+
+def _row(path: Path, b: Bundle | BundleError, indent: str = "") -> str:
+    if isinstance(b, Bundle):
+        m = b.manifest
+        cls = m.get("classification") or "-"
+        rank = m.get("rank")
+        world = m.get("world_size")
+        rank_s = "-" if rank is None or world in (None, 1) else str(rank)
+        return (f"{indent}{str(m.get('created_utc', '?')):<26} {rank_s:>4} "
+                f"{str(m.get('trigger', '?')):<13} {str(cls):<9} {fmt_bytes(m.get('bytes')):>10}"
+                f"  {path}")
+    return f"{indent}{'?':<26} {'':>4} {'unreadable':<13} {'-':<9} {'':>10}  {path}  ({b})"
+
+
+def _job_heading(job: Job) -> str:
+    first = job.first_failure()
+    missing = job.missing_ranks
+    what = first.classification or first.trigger
+    return (f"job {job.label}: world size {job.world_size}, {len(job.bundles)} bundle(s) from "
+            f"rank(s) {', '.join(map(str, job.ranks))}"
+            + (f", none from rank(s) {', '.join(map(str, missing))}" if missing else "")
+            + f"; rank {first.rank} failed first ({what})")
+
+
+def _entry_json(path: Path, b: Bundle | BundleError) -> dict[str, Any]:
+    if not isinstance(b, Bundle):
+        return {"path": str(path), "error": str(b)}
+    m = b.manifest
+    return {"path": str(path), "created_utc": m.get("created_utc"), "rank": m.get("rank"),
+            "world_size": m.get("world_size"), "host": m.get("host"), "trigger": m.get("trigger"),
+            "classification": m.get("classification"), "bytes": m.get("bytes"),
+            "job": m.get("job")}
 
 
 class LsCommand(Command):
-    """List the bundles under DIR (default ./memwatch), oldest first."""
+    """List the bundles under DIR (default ./memwatch), grouped by job, oldest first."""
 
     name = "ls"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("dir", nargs="?", default="memwatch", metavar="DIR",
-                            help="output directory or its oom/ folder (default: ./memwatch)")
+                            help="output directory, its oom/ folder, or a folder of per-rank "
+                                 "output directories (default: ./memwatch)")
+        parser.add_argument("--json", action="store_true",
+                            help="print one JSON document instead of a table")
 
     def run(self, args: argparse.Namespace) -> int:
         entries = find_bundles(args.dir)
+        jobs, rest = group_jobs(entries)
+        if args.json:
+            doc = {
+                "jobs": [{"id": j.id, "attempt": j.attempt, "source": j.source,
+                          "world_size": j.world_size, "ranks": j.ranks,
+                          "missing_ranks": j.missing_ranks,
+                          "first_failure": {"rank": j.first_failure().rank,
+                                            "path": str(j.first_failure().path)},
+                          "bundles": [_entry_json(rb.path, rb.bundle) for rb in j.bundles]}
+                         for j in jobs],
+                "bundles": [_entry_json(p, b) for p, b in rest],
+            }
+            print(json.dumps(doc, indent=1))
+            return 0
         if not entries:
             print(f"no bundles under {args.dir}")
             return 0
-        print(f"{'time (UTC)':<26} {'trigger':<13} {'class':<9} {'size':>10}  bundle")
-        for path, b in entries:
-            if isinstance(b, Bundle):
-                m = b.manifest
-                cls = m.get("classification") or "-"
-                print(f"{str(m.get('created_utc', '?')):<26} {str(m.get('trigger', '?')):<13} "
-                      f"{str(cls):<9} {fmt_bytes(m.get('bytes')):>10}  {path}")
-            else:
-                print(f"{'?':<26} {'unreadable':<13} {'-':<9} {'':>10}  {path}  ({b})",
-                      file=sys.stdout)
+        for job in jobs:
+            print(_job_heading(job))
+            print("  " + _HEAD)
+            for rb in job.bundles:
+                print(_row(rb.path, rb.bundle, "  "))
+            print()
+        if rest:
+            if jobs:
+                print("other bundles:")
+            print(_HEAD)
+            for path, b in rest:
+                print(_row(path, b), file=sys.stdout)
+        if jobs:
+            print(("\n" if rest else "") + f"`memwatch inspect {args.dir}` compares the ranks of "
+                  + ("the newest job" if len(jobs) > 1 else "the job")
+                  + " at the moment the first one failed.")
         return 0
