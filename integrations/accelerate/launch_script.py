@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from accelerate import Accelerator
 from accelerate.tracking import GeneralTracker
 from torch.utils.data import DataLoader, TensorDataset
 
-from memwatch.integrations.accelerate import attach
+from memwatch.integrations.accelerate import MemWatchWarning, attach
 
 OUT = Path(sys.argv[1])
 
@@ -55,17 +56,22 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
     model, opt, data = accelerator.prepare(model, opt, DataLoader(ds, batch_size=16))
     hook = attach(accelerator, opt, workers=False, log_every_n_steps=2)
-    for _ in range(2):
-        for x, y in data:
-            accelerator.backward(F.mse_loss(model(x), y))
-            opt.step()
-            opt.zero_grad()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", MemWatchWarning)
+        for _ in range(2):
+            for x, y in data:
+                accelerator.backward(F.mse_loss(model(x), y))
+                opt.step()
+                opt.zero_grad()
     mw = hook.memwatch
     result = {
         "rank": accelerator.process_index, "world_size": accelerator.num_processes,
         "is_main": accelerator.is_main_process, "steps": mw.step_count, "epochs": mw.epoch,
         "out_dir": mw.out_dir, "trackers": len(accelerator.trackers),
         "rss": mw.latest().get("host.rss"), "backend": accelerator.state.backend,
+        # a clean run: memwatch must not have warned about anything
+        "memwatch_warnings": [str(w.message) for w in caught
+                              if issubclass(w.category, MemWatchWarning)],
     }
     hook.detach()
     accelerator.end_training()

@@ -81,6 +81,7 @@ def main() -> None:
             report["end_epoch_s"].append(time.perf_counter() - t0)
             report["epochs"].append([f.to_dict() for f in fs])
         report["rank_summaries"] = mw.rank_summaries
+        report["rank_last_seen"] = mw.rank_last_seen
         ex = mw._exchange
         report["exchange"] = None if ex is None else {
             "bytes": ex.last_bytes, "ms": ex.last_ms, "exchanges": ex.exchanges,

@@ -320,7 +320,7 @@ def rank_metrics(summaries: Sequence[dict[str, Any] | None]) -> dict[str, float]
 def rank_log_metrics(summaries: Sequence[dict[str, Any] | None],
                      prefix: str = "memwatch") -> dict[str, float]:
     """:func:`rank_metrics` as logger keys with units: ``memwatch/rank1/host.rss.peak_gib``
-    (GiB = 2**30) and the unitless ``memwatch/ranks/host.rss.peak.imbalance``."""
+    (GiB = 2**30) and the unitless ``memwatch/ranks/host.rss.imbalance``."""
     out: dict[str, float] = {}
     for k, v in rank_metrics(summaries).items():
         if k.endswith(".imbalance"):

@@ -249,10 +249,11 @@ def environment(session: MemWatch, static: dict[str, Any], history_on: bool) -> 
 
 
 def ranks_doc(session: MemWatch) -> dict[str, Any] | None:
-    """``ranks.json`` (rank 0 of a distributed run): every rank's summary from the last epoch-end
-    exchange, and the ranks that did not answer. It shows what the other ranks looked like even
-    when they leave no bundle of their own. None when there is nothing to record."""
-    summaries = list(getattr(session, "rank_summaries", None) or [])
+    """``ranks.json`` (rank 0 of a distributed run): every rank's latest epoch-end summary (each
+    says its epoch and time), and the ranks that missed an exchange. It shows what the other ranks
+    looked like even when they leave no bundle of their own. None when there is nothing to
+    record."""
+    summaries = list(getattr(session, "rank_last_seen", None) or [])
     if not summaries:
         return None
     ex = getattr(session, "_exchange", None)
@@ -260,7 +261,8 @@ def ranks_doc(session: MemWatch) -> dict[str, Any] | None:
         "world_size": len(summaries),
         "job": dict(getattr(session, "job", None) or {}),
         "epoch": max((s.get("epoch") or 0 for s in summaries if isinstance(s, dict)), default=None),
-        "missing": [i for i, s in enumerate(summaries) if s is None],
+        "missing": sorted(set(getattr(ex, "missing", None) or [])
+                          | {i for i, s in enumerate(summaries) if s is None}),
         "exchange_error": getattr(ex, "broken", None),
         "summaries": summaries,
     }

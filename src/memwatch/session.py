@@ -188,8 +188,11 @@ class MemWatch:
                                                   "for example 60 (seconds)"))
         self._exchange: Any = None
         #: On rank 0 after each epoch end: one summary per rank (None for a rank that did not
-        #: answer). See memwatch.distributed.
+        #: answer); empty after an epoch end without an exchange (none yet, or it broke), so
+        #: loggers never log the same figures twice. See memwatch.distributed.
         self.rank_summaries: list[Any] = []
+        #: On rank 0: each rank's latest summary ever received (None: never), for ranks.json.
+        self.rank_last_seen: list[Any] = []
         #: Which job this process belongs to (``id``, ``source``, ``attempt``): from the launcher's
         #: environment, agreed across ranks at start when running distributed. Recorded in every
         #: bundle so ``memwatch ls`` can group the bundles of one job's ranks.
@@ -576,9 +579,13 @@ class MemWatch:
         try:
             from memwatch.distributed import cross_rank_findings, rank_payload
 
+            self.rank_summaries = []
             got = ex.exchange(rank_payload(self, new, summary))
             if got is not None:  # rank 0
                 self.rank_summaries = got
+                last = self.rank_last_seen + [None] * (len(got) - len(self.rank_last_seen))
+                self.rank_last_seen = [g if g is not None else prev
+                                       for g, prev in zip(got, last[:len(got)], strict=True)]
                 return new + cross_rank_findings(got, ex.missing, self.exchange_timeout_s)
         except Exception as e:  # noqa: BLE001
             self._disable("rank exchange", e)
