@@ -144,13 +144,20 @@ def test_jsonl_events_and_rotation(tmp_path: Path) -> None:
         json.loads(line)  # strict JSON: no NaN
 
 
-def test_jsonl_rank_gets_its_own_file(tmp_path: Path) -> None:
+def test_jsonl_rank_gets_its_own_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "r9")
     sink = JsonlSink(tmp_path / "events.jsonl", rank=3)
     sink.on_metrics(1, {"host.rss": float("nan")})
     sink.close()
     events = read_events(tmp_path / "events.rank3.jsonl")
     assert [e["event"] for e in events] == ["start", "sample", "close"]
     assert events[1]["metrics"] == {"host.rss": None} and events[1]["rank"] == 3
+    # the file says where it comes from: host, local rank, world size, job
+    start = events[0]
+    assert (start["local_rank"], start["world_size"], start["job"]) == (1, 4, "torchelastic-r9")
+    assert start["host"] and start["rank"] == 3
 
 
 def test_export_csv_and_json(tmp_path: Path) -> None:

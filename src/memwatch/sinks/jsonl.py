@@ -4,15 +4,15 @@ One event per line, written with a single ``write()`` on a file opened in append
 from one process never interleave and a crash leaves at most one truncated last line (readers
 skip a line that does not parse). Events:
 
-=============  ==========================================================================
+=============  ==============================================================================
 ``event``      fields
-=============  ==========================================================================
-``start``      ``time``, ``rank``, ``pid``
+=============  ==============================================================================
+``start``      ``time``, ``rank``, ``pid``, ``host``, ``local_rank``, ``world_size``, ``job``
 ``sample``     ``time``, ``rank``, ``step``, ``metrics`` (metric -> bytes or count; null = NaN)
 ``findings``   ``time``, ``rank``, ``epoch``, ``end_step``, ``findings`` (``Finding.to_dict``)
 ``bundle``     ``time``, ``rank``, ``path``, ``manifest``
 ``close``      ``time``, ``rank``
-=============  ==========================================================================
+=============  ==============================================================================
 
 When the file would grow past ``max_bytes`` it is renamed ``<name>.1`` (older ones shift to
 ``.2``...), and files past ``max_files`` in all are deleted, oldest first.
@@ -85,7 +85,7 @@ class JsonlSink:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             self._size = os.fstat(self._fd).st_size
-            self._write({"event": "start", "pid": os.getpid()})
+            self._write({"event": "start", "pid": os.getpid(), **_origin()})
         return self._fd
 
     def _rotate(self) -> None:
@@ -153,3 +153,21 @@ def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
                 except ValueError:
                     continue
     return out
+
+
+def _origin() -> dict[str, Any]:
+    """Where this file's records come from: host, local rank, world size and job id (launcher
+    variables; the sample records carry the rank)."""
+    from memwatch.bundle import host_name
+    from memwatch.distributed import job_identity
+
+    def _int(name: str, default: int) -> int:
+        v = os.environ.get(name, "")
+        return int(v) if v.isdigit() else default
+
+    try:
+        job = job_identity()["id"]
+    except Exception:  # noqa: BLE001
+        job = None
+    return {"host": host_name(), "local_rank": _int("LOCAL_RANK", 0),
+            "world_size": _int("WORLD_SIZE", 1), "job": job}
