@@ -71,9 +71,10 @@ def test_no_collective_from_step(tmp_path: Path) -> None:
     for rank in (0, 1):
         r = _report(tmp_path, rank)
         assert "collectives_in_step" not in r
-        # ... while end_epoch() did exchange: one barrier and one gather per epoch
-        assert r["collectives_total"].get("monitored_barrier") == 4
-        assert r["collectives_total"].get("gather_object") == 4
+        # ... while end_epoch() did exchange: one barrier and one gather per epoch, and start()
+        # one broadcast (the job id); nothing else, ever
+        assert r["collectives_total"] == {"monitored_barrier": 4, "gather_object": 4,
+                                          "broadcast_object_list": 1}, r["collectives_total"]
 
 
 def test_rank_dying_of_oom_leaves_bundle_and_rank0_does_not_hang(tmp_path: Path) -> None:

@@ -1,11 +1,13 @@
 """Rank-aware memwatch: an epoch-end exchange of small per-rank summaries, and cross-rank verdicts.
 
-Nothing is exchanged per step. At each epoch end every rank sends one small summary (floors, peaks,
-limits and its findings: about 1-2 KiB pickled) to rank 0 over a gloo group memwatch creates for
-itself, so the exchange works beside NCCL training and never touches the training's own process
-group. A ``monitored_barrier`` with a timeout comes first: a rank that died (of OOM, typically) or
-hangs is reported by name after the timeout instead of blocking rank 0 forever, and the exchange
-then turns itself off for the rest of the run (a group with a dead member cannot be trusted).
+Nothing is exchanged per step. At start rank 0 broadcasts the job id (one small object, so every
+rank's bundles name the same job). At each epoch end every rank sends one small summary (floors,
+peaks, limits and its findings: about 1-2 KiB pickled) to rank 0 over a gloo group memwatch
+creates for itself, so the exchange works beside NCCL training and never touches the training's
+own process group. A ``monitored_barrier`` with a timeout comes first: a rank that died (of OOM,
+typically) or hangs is reported by name after the timeout instead of blocking rank 0 forever, and
+the exchange then turns itself off for the rest of the run (a group with a dead member cannot be
+trusted).
 
 Cost at scale: gather_object to rank 0 moves ``world_size x summary`` bytes once per epoch; at
 1,024 ranks and 2 KiB that is 2 MiB into rank 0 per epoch, plus a barrier (O(world_size) messages
