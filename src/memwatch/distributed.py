@@ -279,6 +279,33 @@ def cross_rank_findings(summaries: Sequence[dict[str, Any] | None], missing: Seq
             + (worst[1]["culprit"] or "see that rank's findings"),
             evidence={"ranks": ranks, "only_some_ranks": only_some, "bytes_per_step": rates},
             rank=worst[0]))
+    # Ranks close to their limit: the job's first OOM will be on one of them.
+    near_by_metric: dict[str, dict[int, str]] = {}
+    for s in alive:
+        for f in s["findings"]:
+            if f["kind"] == "near_oom":
+                near_by_metric.setdefault(f["metric"], {})[int(s["rank"])] = f["severity"]
+    for metric, sev_by_rank in near_by_metric.items():
+        shares = {int(s["rank"]): s["peak"][metric] / s["limits"][metric] for s in alive
+                  if s["peak"].get(metric) and s["limits"].get(metric)}
+        ranks = sorted(sev_by_rank, key=lambda r: -shares.get(r, 0.0))
+        worst = ranks[0]
+        limit = next((s["limits"][metric] for s in alive if int(s["rank"]) == worst), None)
+        others = [v for r, v in shares.items() if r not in sev_by_rank]
+        msg = (f"{metric} is near its limit on rank(s) {', '.join(map(str, ranks))} of {world}: "
+               + ", ".join(f"rank {r} at {shares[r]:.0%}" for r in ranks if r in shares)
+               + (f" of {fmt_bytes(limit)}" if limit else "")
+               + f". The job's first OOM will most likely be on rank {worst}"
+               + (f"; the other ranks peak at {max(others):.0%} at most." if others else "."))
+        sev_near: Severity = "critical" if "critical" in sev_by_rank.values() else "warning"
+        out.append(Finding(
+            kind="rank_near_oom", metric=metric, severity=sev_near, message=msg,
+            suggestions=["Look at what that rank does differently (a larger shard, the logging or "
+                         "evaluation done on rank 0 only, uneven sequence lengths); balance it "
+                         "or lower the batch size for every rank."],
+            evidence={"ranks": ranks, "share": shares,
+                      "others_max_share": max(others) if others else None},
+            rank=worst))
     # Peak imbalance.
     peak_metric = next((m for m in ("device.peak", "device.allocated", "host.rss")
                         if all(m in s["peak"] for s in alive)), None)

@@ -18,6 +18,7 @@ KINDS: tuple[str, ...] = (
     "allocator_retention",
     "near_oom",
     "rank_leak",
+    "rank_near_oom",
     "rank_imbalance",
     "rank_unresponsive",
 )
