@@ -289,13 +289,13 @@ def cross_rank_findings(summaries: Sequence[dict[str, Any] | None], missing: Seq
         shares = {int(s["rank"]): s["peak"][metric] / s["limits"][metric] for s in alive
                   if s["peak"].get(metric) and s["limits"].get(metric)}
         ranks = sorted(sev_by_rank, key=lambda r: -shares.get(r, 0.0))
-        worst = ranks[0]
-        limit = next((s["limits"][metric] for s in alive if int(s["rank"]) == worst), None)
+        closest = ranks[0]
+        limit = next((s["limits"][metric] for s in alive if int(s["rank"]) == closest), None)
         others = [v for r, v in shares.items() if r not in sev_by_rank]
         msg = (f"{metric} is near its limit on rank(s) {', '.join(map(str, ranks))} of {world}: "
                + ", ".join(f"rank {r} at {shares[r]:.0%}" for r in ranks if r in shares)
                + (f" of {fmt_bytes(limit)}" if limit else "")
-               + f". The job's first OOM will most likely be on rank {worst}"
+               + f". The job's first OOM will most likely be on rank {closest}"
                + (f"; the other ranks peak at {max(others):.0%} at most." if others else "."))
         sev_near: Severity = "critical" if "critical" in sev_by_rank.values() else "warning"
         out.append(Finding(
@@ -305,7 +305,7 @@ def cross_rank_findings(summaries: Sequence[dict[str, Any] | None], missing: Seq
                          "or lower the batch size for every rank."],
             evidence={"ranks": ranks, "share": shares,
                       "others_max_share": max(others) if others else None},
-            rank=worst))
+            rank=closest))
     # Peak imbalance.
     peak_metric = next((m for m in ("device.peak", "device.allocated", "host.rss")
                         if all(m in s["peak"] for s in alive)), None)
