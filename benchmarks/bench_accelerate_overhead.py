@@ -25,7 +25,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -34,6 +33,13 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+# Run directly, by run_all.py, or loaded by file path by the tests: the root makes `benchmarks`
+# importable in all three.
+if str(HERE.parent) not in sys.path:
+    sys.path.insert(0, str(HERE.parent))
+
+from benchmarks import _common  # noqa: E402
+
 DEFAULT_OUT = HERE / "results" / "accelerate_overhead.json"
 VARIANTS = ("baseline", "memwatch")
 TARGET = 1.01
@@ -140,9 +146,7 @@ def _hook_cost_us(calls: int, root: str) -> dict[str, float]:
         hook._on_optimizer_step(inner, (), {})
         per_call.append(time.perf_counter() - t)
     hook.detach()
-    per_call.sort()
-    return {"median": statistics.median(per_call) * 1e6,
-            "p90": per_call[int(len(per_call) * 0.9)] * 1e6}
+    return _common.median_p90_us(per_call)
 
 
 def run(repeats: int, steps: int, epochs: int, width: int, n_in: int, batch: int,
@@ -181,21 +185,18 @@ def run(repeats: int, steps: int, epochs: int, width: int, n_in: int, batch: int
         "target_memwatch_ratio": TARGET,
         "config": {"repeats": repeats, "steps": steps, "epochs": epochs, "width": width,
                    "n_in": n_in, "batch": batch, "threads": threads},
-        "machine": {"python": sys.version.split()[0], "platform": platform.platform(),
-                    "cpus": os.cpu_count(), "torch": torch.__version__},
+        "machine": _common.platform_info(),
         "step_ms": {v: {"median": statistics.median(per[v]) * 1e3,
                         "per_repeat": [x * 1e3 for x in per[v]]} for v in VARIANTS},
         "ratio_median": statistics.median(ratio_median),
         "ratio_median_per_repeat": ratio_median,
         "ratio_mean": statistics.median(ratio_mean),
         "ratio_thread_cpu_median": statistics.median(ratio_cpu),
-        "load_avg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        "load_avg_1min": _common.load_avg_1min(),
         "memwatch_hook_us": hook_us,
-        "memwatch_hook_us_in_situ": {"median": statistics.median(in_situ) * 1e6,
-                                     "p90": sorted(in_situ)[int(len(in_situ) * 0.9)] * 1e6},
+        "memwatch_hook_us_in_situ": _common.median_p90_us(in_situ),
         "memwatch_hook_fraction_of_step": statistics.median(in_situ) * 1e3 / base_ms,
-        "memwatch_epoch_end_ms": {"median": statistics.median(epoch_end) * 1e3,
-                                  "max": max(epoch_end) * 1e3},
+        "memwatch_epoch_end_ms": _common.median_max_ms(epoch_end),
     }
     result["memwatch_within_target"] = result["ratio_median"] <= TARGET
     return result

@@ -35,7 +35,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -48,7 +47,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks import scenarios  # noqa: E402
+from benchmarks import _common, scenarios  # noqa: E402
 from benchmarks.scenarios import Scenario  # noqa: E402
 
 MiB = 1 << 20
@@ -439,16 +438,9 @@ def _meta(quick: bool, jobs: int, total_s: float) -> dict[str, Any]:
                                 capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = ""
-    try:
-        import torch
-
-        torch_version = torch.__version__
-    except ImportError:
-        torch_version = None
     return {"date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": commit, "quick": quick, "jobs": jobs, "total_wall_s": total_s,
-            "python": platform.python_version(), "torch": torch_version,
-            "cpus": os.cpu_count(), "platform": platform.platform()}
+            **_common.platform_info()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

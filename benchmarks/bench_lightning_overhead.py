@@ -26,7 +26,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -36,6 +35,13 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+# Run directly, by run_all.py, or loaded by file path by the tests: the root makes `benchmarks`
+# importable in all three.
+if str(HERE.parent) not in sys.path:
+    sys.path.insert(0, str(HERE.parent))
+
+from benchmarks import _common  # noqa: E402
+
 DEFAULT_OUT = HERE / "results" / "lightning_overhead.json"
 VARIANTS = ("baseline", "memwatch", "devicestats")
 TARGET = 1.01
@@ -158,8 +164,6 @@ def run(repeats: int, steps: int, epochs: int, width: int, n_in: int, batch: int
     import lightning
     import torch
 
-    import memwatch
-
     torch.set_num_threads(threads)
     _HOOK_S.clear()
     _EPOCH_END_S.clear()
@@ -195,7 +199,7 @@ def run(repeats: int, steps: int, epochs: int, width: int, n_in: int, batch: int
         "target_memwatch_ratio": TARGET,
         "config": {"accelerator": accelerator,
                    "device": (torch.cuda.get_device_name(0) if accelerator == "gpu"
-                              else platform.processor() or platform.machine()),
+                              else _common.cpu_name()),
                    "repeats": repeats, "steps_per_fit": steps, "epochs_per_fit": epochs,
                    "model": f"MLP {n_in}-{width}-{width}-1", "batch": batch,
                    "torch_threads": threads, "logger": "CSVLogger, log_every_n_steps=50"},
@@ -216,25 +220,14 @@ def run(repeats: int, steps: int, epochs: int, width: int, n_in: int, batch: int
                                     for v in VARIANTS[1:]},
         "ratio_process_cpu": {v: statistics.median(ratios("process_cpu_s", v))
                               for v in VARIANTS[1:]},
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "lightning": lightning.__version__, "memwatch": memwatch.__version__},
-        "host": {"machine": platform.machine(), "cpus": os.cpu_count(),
-                 "load_avg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None},
+        "versions": _common.versions(lightning=lightning.__version__),
+        "host": _common.host(),
     }
-    hooks = sorted(_HOOK_S)
-    if hooks:
-        base = result["step_ms"]["baseline"]["median"]
-        med_us = statistics.median(hooks) * 1e6
-        result["memwatch_hook_us"] = {
-            "median": med_us, "p99": hooks[int(0.99 * (len(hooks) - 1))] * 1e6,
-            "calls": len(hooks),
-            # What the hook alone adds to a median step (the step ratios also carry Lightning's
-            # cost of dispatching every hook to one more callback, and the machine's noise).
-            "implied_ratio": (base + med_us / 1e3) / base,
-        }
+    if _HOOK_S:
+        result["memwatch_hook_us"] = _common.hook_summary_us(
+            _HOOK_S, result["step_ms"]["baseline"]["median"])
     if _EPOCH_END_S:
-        result["memwatch_epoch_end_ms"] = {"median": statistics.median(_EPOCH_END_S) * 1e3,
-                                           "max": max(_EPOCH_END_S) * 1e3}
+        result["memwatch_epoch_end_ms"] = _common.median_max_ms(_EPOCH_END_S)
     if _SETUP_S:
         result["memwatch_setup_ms"] = {"median": statistics.median(_SETUP_S) * 1e3}
     result["memwatch_within_target"] = result["ratio_median"]["memwatch"] <= TARGET

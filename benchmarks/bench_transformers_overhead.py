@@ -27,7 +27,6 @@ import argparse
 import json
 import logging
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -37,6 +36,13 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+# Run directly, by run_all.py, or loaded by file path by the tests: the root makes `benchmarks`
+# importable in all three.
+if str(HERE.parent) not in sys.path:
+    sys.path.insert(0, str(HERE.parent))
+
+from benchmarks import _common  # noqa: E402
+
 DEFAULT_OUT = HERE / "results" / "transformers_overhead.json"
 VARIANTS = ("baseline", "memwatch")
 TARGET = 1.01
@@ -137,8 +143,6 @@ def run(repeats: int, steps: int, epochs: int, hidden: int, seq: int, batch: int
     import torch
     import transformers
 
-    import memwatch
-
     torch.set_num_threads(threads)
     for lst in (_HOOK_S, _HOOK_CPU_S, _EPOCH_END_S, _BEGIN_S):
         lst.clear()
@@ -168,7 +172,7 @@ def run(repeats: int, steps: int, epochs: int, hidden: int, seq: int, batch: int
         "benchmark": "transformers_overhead",
         "what": "median step time of Trainer.train relative to no memory callback, interleaved",
         "target_memwatch_ratio": TARGET,
-        "config": {"device": platform.processor() or platform.machine(), "repeats": repeats,
+        "config": {"device": _common.cpu_name(), "repeats": repeats,
                    "steps_per_run": steps, "epochs_per_run": epochs,
                    "model": f"BERT 2 layers, hidden {hidden}, seq {seq}", "batch": batch,
                    "torch_threads": threads, "logging_steps": 10, "report_to": []},
@@ -182,23 +186,14 @@ def run(repeats: int, steps: int, epochs: int, hidden: int, seq: int, batch: int
                        / min(x["median_s"] for x in per_repeat["baseline"])),
         "ratio_thread_cpu_median": statistics.median(ratios("cpu_median_s")),
         "ratio_process_cpu": statistics.median(ratios("process_cpu_s")),
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "transformers": transformers.__version__, "memwatch": memwatch.__version__},
-        "host": {"machine": platform.machine(), "cpus": os.cpu_count(),
-                 "load_avg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None},
+        "versions": _common.versions(transformers=transformers.__version__),
+        "host": _common.host(),
     }
-    hooks = sorted(_HOOK_S)
-    if hooks:
-        base = result["step_ms"]["baseline"]["median"]
-        med_us = statistics.median(hooks) * 1e6
-        result["memwatch_hook_us"] = {
-            "median": med_us, "p99": hooks[int(0.99 * (len(hooks) - 1))] * 1e6,
-            "calls": len(hooks), "implied_ratio": (base + med_us / 1e3) / base,
-            "thread_cpu_median": statistics.median(_HOOK_CPU_S) * 1e6,
-        }
+    if _HOOK_S:
+        result["memwatch_hook_us"] = _common.hook_summary_us(
+            _HOOK_S, result["step_ms"]["baseline"]["median"], thread_cpu_s=_HOOK_CPU_S)
     if _EPOCH_END_S:
-        result["memwatch_epoch_end_ms"] = {"median": statistics.median(_EPOCH_END_S) * 1e3,
-                                           "max": max(_EPOCH_END_S) * 1e3}
+        result["memwatch_epoch_end_ms"] = _common.median_max_ms(_EPOCH_END_S)
     if _BEGIN_S:
         result["memwatch_train_begin_ms"] = {"median": statistics.median(_BEGIN_S) * 1e3}
     result["memwatch_within_target"] = result["ratio_median"] <= TARGET
