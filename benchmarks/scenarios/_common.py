@@ -73,6 +73,28 @@ def plain_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor,
     return loss
 
 
+def hidden_step(model: MLP, opt: torch.optim.Optimizer, x: torch.Tensor,
+                y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One optimizer step that also hands back the first hidden activation (``relu(fc1(x))``).
+
+    Returns ``(hidden, out, loss)``, each still attached to its graph (whose saved activations
+    ``backward()`` has freed): what the scenarios keep, clone or detach. Nothing here outlives
+    the call, so whatever holds the tensors afterwards is the caller's.
+
+    Callers bind all three (``hidden, out, loss = hidden_step(...)``), unused ones included:
+    the tensors then live, and are freed, exactly as when each loop spelled the step out, which
+    is how the corpus's RSS sizes were measured (see ``docs/detection-benchmark.md``: where small
+    blocks land in the heap shows in RSS).
+    """
+    opt.zero_grad(set_to_none=True)
+    hidden = torch.relu(model.fc1(x))
+    out = model.fc3(torch.relu(model.fc2(hidden)))
+    loss = nn.functional.cross_entropy(out, y)
+    loss.backward()
+    opt.step()
+    return hidden, out, loss
+
+
 def epochs_loop(mw: Any, epochs: int, steps_per_epoch: int,
                 step_fn: Callable[[int, int], None],
                 on_epoch_end: Callable[[int], None] | None = None) -> list[list[Any]]:

@@ -13,10 +13,9 @@ import collections
 from typing import Any
 
 import torch
-from torch import nn
 
 from . import Scenario
-from ._common import epochs_loop, setup
+from ._common import epochs_loop, hidden_step, setup
 
 SCENARIO = Scenario(
     name="ctrl_bounded_deque",
@@ -36,12 +35,7 @@ def run(mw: Any, epochs: int, steps_per_epoch: int) -> list[list[Any]]:
 
     def step(epoch: int, i: int) -> None:
         x, y = data.batch()
-        opt.zero_grad(set_to_none=True)
-        hidden = torch.relu(model.fc1(x))
-        out = model.fc3(torch.relu(model.fc2(hidden)))
-        loss = nn.functional.cross_entropy(out, y)
-        loss.backward()
-        opt.step()
+        hidden, out, loss = hidden_step(model, opt, x, y)
         recent.append((out, hidden.detach().clone()))  # bounded: the oldest falls out
 
     return epochs_loop(mw, epochs, steps_per_epoch, step)

@@ -8,10 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
 
 from . import Scenario
-from ._common import epochs_loop, setup
+from ._common import epochs_loop, hidden_step, setup
 
 SCENARIO = Scenario(
     name="ctrl_periodic_cache",
@@ -33,12 +32,7 @@ def run(mw: Any, epochs: int, steps_per_epoch: int) -> list[list[Any]]:
 
     def step(epoch: int, i: int) -> None:
         x, y = data.batch()
-        opt.zero_grad(set_to_none=True)
-        hidden = torch.relu(model.fc1(x))
-        out = model.fc3(torch.relu(model.fc2(hidden)))
-        loss = nn.functional.cross_entropy(out, y)
-        loss.backward()
-        opt.step()
+        hidden, out, loss = hidden_step(model, opt, x, y)
         window_cache.append(hidden.detach())
         counter[0] += 1
         if counter[0] % PERIOD == 0:

@@ -11,10 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
 
 from . import Scenario
-from ._common import MLP, Data, epochs_loop
+from ._common import MLP, Data, epochs_loop, hidden_step
 
 SCENARIO = Scenario(
     name="leak_trainer_attr",
@@ -37,12 +36,7 @@ class Trainer:
 
     def training_step(self, epoch: int, i: int) -> None:
         x, y = self.data.batch()
-        self.opt.zero_grad(set_to_none=True)
-        hidden = torch.relu(self.model.fc1(x))
-        out = self.model.fc3(torch.relu(self.model.fc2(hidden)))
-        loss = nn.functional.cross_entropy(out, y)
-        loss.backward()
-        self.opt.step()
+        hidden, out, loss = hidden_step(self.model, self.opt, x, y)
         # the bug: an ever-growing record with tensors in it
         self.history.append({"loss": loss, "logits": out, "features": hidden.detach()})
 
