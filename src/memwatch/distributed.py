@@ -117,6 +117,7 @@ class RankExchange:
         self.rank = int(dist.get_rank())
         self.world_size = int(dist.get_world_size())
         self.timeout = datetime.timedelta(seconds=timeout_s)
+        t0 = time.perf_counter()
         # Our own gloo group: CPU objects whatever the training backend, and none of our messages
         # interleave with the training's collectives.
         self.group = dist.new_group(backend="gloo", timeout=self.timeout)
@@ -129,6 +130,8 @@ class RankExchange:
         #: broadcast, before the first step). Without a launcher id rank 0 makes one up, so the
         #: bundles of every rank of this run still group together (``memwatch ls``).
         self.job = self._agree_on_job(dict(job or {}))
+        #: Set-up cost paid once in start(): creating the group and agreeing on the job id.
+        self.setup_ms = (time.perf_counter() - t0) * 1000.0
 
     def _agree_on_job(self, job: dict[str, Any]) -> dict[str, Any]:
         if self.rank == 0 and job.get("source") in (None, "MASTER_ADDR"):
