@@ -65,6 +65,23 @@ def _positive(name: str, value: float, fix: str) -> float:
     return value
 
 
+def _tracemalloc_frames(value: Any) -> int:
+    """``tracemalloc=`` as a frame count: 0 (off), the default for True, or the int given."""
+    from memwatch.analysis.allocations import DEFAULT_FRAMES, MAX_FRAMES
+
+    if value is False:
+        return 0
+    if value is True:
+        return DEFAULT_FRAMES
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_FRAMES:
+        return value
+    raise ConfigError(
+        f"tracemalloc={value!r} is not understood; use False (off), True (trace Python "
+        f"allocations with {DEFAULT_FRAMES} frames each) or the number of frames to keep, an "
+        f"int from 1 to {MAX_FRAMES} (more frames cost more per allocation)."
+    )
+
+
 def rank_info() -> dict[str, int]:
     """Rank, local rank and world size: from torch.distributed when initialised, else env."""
     info = {
@@ -113,6 +130,11 @@ class MemWatch:
             get the latest sample every ``log_every_n_steps`` steps, the findings at every epoch
             end and every bundle written; one that fails is disabled after one warning.
         log_every_n_steps: how often the sinks get a sample (optimizer steps).
+        tracemalloc: trace Python allocations (``True``: 8 frames each, or the number of
+            frames) and diff them by allocation site at every epoch end, so that a leak of plain
+            Python objects (lists of dicts, string logs, caches of bytes or arrays) is named by
+            the line that allocates it. Costs time on every Python allocation while on (see
+            ``docs/benchmarks.md``); tracing the user already started is used and never stopped.
 
     Example::
 
@@ -153,6 +175,7 @@ class MemWatch:
         watchdog: Any = True,
         sinks: Sequence[Any] | None = None,
         log_every_n_steps: int = 50,
+        tracemalloc: bool | int = False,
     ) -> None:
         self._device_spec = _validate_device(device)
         self.host = bool(host)
@@ -217,6 +240,9 @@ class MemWatch:
             raise ConfigError(f"log_every_n_steps={log_every_n_steps!r} must be an int >= 1 "
                               "(how often the sinks get a sample), e.g. 50.")
         self.log_every_n_steps = log_every_n_steps
+        #: Frames kept per traced allocation; 0 when ``tracemalloc=False``.
+        self.tracemalloc_frames = _tracemalloc_frames(tracemalloc)
+        self._tracer: Any = None  # analysis.allocations.AllocationTracer while tracing
         self._sinks = SinkSet(validate_sinks(sinks))
         # _tick_due is the earlier of these two: step() still compares a single int.
         self._watch_due = sys.maxsize
@@ -270,6 +296,8 @@ class MemWatch:
             self._start_analyzer()
         self._start_exchange()
         self._start_recorder_and_watchdog()
+        if self.tracemalloc_frames:
+            self._start_tracer()
         self._running = True
         _register_fork_guard(self)
         return self
@@ -391,6 +419,31 @@ class MemWatch:
         except Exception as e:  # noqa: BLE001
             self._disable("analyzer", e)
 
+    def _start_tracer(self) -> None:
+        if self._analyzer is None:
+            log.info("memwatch: tracemalloc=%r does nothing without the analyzer (analyze=False "
+                     "or it failed to start): only the analyzer reads it; not tracing",
+                     self.tracemalloc_frames)
+            return
+        try:
+            from memwatch.analysis.allocations import AllocationTracer
+
+            self._tracer = AllocationTracer(self.tracemalloc_frames).start()
+        except Exception as e:  # noqa: BLE001
+            self._tracer = None
+            self._disable("tracemalloc", e)
+
+    def _stop_tracer(self, exc: BaseException | None = None) -> None:
+        tracer, self._tracer = self._tracer, None
+        if exc is not None:
+            self._disable("tracemalloc", exc)
+        if tracer is None:
+            return
+        try:
+            tracer.close()
+        except Exception:  # noqa: BLE001
+            log.debug("memwatch: tracemalloc failed to stop", exc_info=True)
+
     def close(self) -> None:
         """Stop the sampler, release probes. Idempotent; never raises."""
         if self._closed:
@@ -411,6 +464,8 @@ class MemWatch:
             self._sampler.stop()
         if self._exchange is not None:
             self._exchange.close()
+        if self._tracer is not None:
+            self._stop_tracer()
         for p in self.probes:
             try:
                 p.close()
@@ -493,6 +548,12 @@ class MemWatch:
             self._disable("epoch summary", e)
             return []
         self.epoch += 1
+        if summary is not None and self._tracer is not None:
+            try:  # before the analyzer, which reads the diff
+                self._tracer.epoch_end(summary.epoch, self.step_count,
+                                       self.latest().get("host.rss"))
+            except Exception as e:  # noqa: BLE001
+                self._stop_tracer(e)
         new: list[Finding] = []
         if summary is not None and self._analyzer is not None \
                 and "analyzer" not in self.disabled:
@@ -646,11 +707,18 @@ _fork_hook_installed = False
 def _after_fork_in_child() -> None:
     # A DataLoader worker inherits a copy of every session; it must not sample, write bundles or
     # join a thread that does not exist in the child.
+    tracing = False
     for s in list(_live_sessions):
         s._running = False
         s._closed = True
         if s._sampler is not None:
             s._sampler.forget_after_fork()
+        tracing = tracing or s._tracer is not None
+        s._tracer = None
+    if tracing:  # tracemalloc that memwatch started: nothing reads it in the child
+        from memwatch.analysis.allocations import after_fork_in_child
+
+        after_fork_in_child()
 
 
 def _register_fork_guard(session: MemWatch) -> None:

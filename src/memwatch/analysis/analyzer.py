@@ -13,6 +13,10 @@ Method (see docs/findings.md):
 3. A census of live tensors (and Python objects) at epoch ends, diffed against the previous one,
    names the culprit and its holder; on the host, growth that no live tensor or object explains is
    *allocator retention*, not a leak.
+4. With ``MemWatch(tracemalloc=True)``, Python allocations diffed by site between epoch ends
+   (:mod:`memwatch.analysis.allocations`) explain host growth the census cannot see (floats,
+   strings, bytes, numpy buffers): growth of live traced allocations is a leak, named by the
+   line that allocates it.
 """
 
 from __future__ import annotations
@@ -95,6 +99,19 @@ class Analyzer:
 
     # ------------------------------------------------------------------ entry point
     def on_epoch_end(self, summary: EpochSummary) -> list[Finding]:
+        tracer: Any = getattr(self.session, "_tracer", None)
+        rss0 = tracer.rss() if tracer is not None else None
+        try:
+            return self._on_epoch_end(summary)
+        finally:
+            if rss0 is not None:
+                # Under tracing, memwatch's own work here (the census) grows the traces and the
+                # RSS: the next allocation-site diff must not take that for the user's growth.
+                rss1 = tracer.rss()
+                if rss1 is not None:
+                    tracer.note_own_rss(summary.epoch, rss1 - rss0)
+
+    def _on_epoch_end(self, summary: EpochSummary) -> list[Finding]:
         cfg = self.config
         stats: dict[str, EpochStats] = {}
         for metric in summary.keys:
@@ -114,12 +131,13 @@ class Analyzer:
         # what lets the verdict tell user code from native growth.
         suspects = {m for m, st in stats.items() if not m.startswith("workers.") and (
             st.shape in ("growing", "step") or st.rise > st.threshold or self._floor_rose(m))}
+        trace_diff = self._trace_diff(summary)
         census_diff = self._maybe_census(summary, bool(suspects))
 
         findings: list[Finding] = []
         for metric in LEAK_METRICS:
             if metric in stats:
-                findings.extend(self._judge(metric, summary, census_diff))
+                findings.extend(self._judge(metric, summary, census_diff, trace_diff))
         findings.extend(self._fragmentation(summary))
         findings.extend(self._near_oom(summary, stats))
         for f in findings:
@@ -128,21 +146,27 @@ class Analyzer:
         return findings
 
     # ------------------------------------------------------------------ leak family
-    def _judge(self, metric: str, summary: EpochSummary, census_diff: Any) -> list[Finding]:
+    def _judge(self, metric: str, summary: EpochSummary, census_diff: Any,
+               trace_diff: Any = None) -> list[Finding]:
         hist = self.history[metric]
         cur = hist[-1]
         prev = hist[-2] if len(hist) >= 2 else None
         if metric.startswith("workers.") and summary.keys.count("workers.count"):
             return self._judge_workers(metric, summary, hist)
         verdict = self._verdict(hist)
+        if not metric.startswith("host."):
+            trace_diff = None  # tracemalloc sees host allocations only
         if verdict == "leak" and metric.startswith("host.") and census_diff is None and \
-                getattr(self.session, "census_mode", "auto") != "never":
+                getattr(self.session, "census_mode", "auto") != "never" and \
+                not self._traced_explains(trace_diff):
             # Host growth without a census at two epoch ends cannot be told apart from native
             # start-up growth or allocator retention: this epoch's census was just taken, so the
-            # verdict (with its culprit) comes at the next epoch end.
+            # verdict (with its culprit) comes at the next epoch end. (Unless live traced Python
+            # allocations grew by as much: that is user code, named by its allocation site.)
             return []
         if verdict == "leak":
-            return [self._leak_finding(metric, summary, hist, census_diff)]
+            f = self._leak_finding(metric, summary, hist, census_diff, trace_diff)
+            return [f] if f is not None else []
         if verdict == "accumulation":
             return self._once(metric, "accumulation", explain.accumulation(metric, cur, prev))
         if (cur.shape == "plateau" or verdict == "decelerating") and \
@@ -192,7 +216,7 @@ class Analyzer:
         return "none"
 
     def _leak_finding(self, metric: str, summary: EpochSummary, hist: list[EpochStats],
-                      census_diff: Any) -> Finding:
+                      census_diff: Any, trace_diff: Any = None) -> Finding | None:
         cur = hist[-1]
         slope = cur.slope
         low, high = cur.trend.slope_low, cur.trend.slope_high
@@ -208,6 +232,13 @@ class Analyzer:
         soon = steps_to_oom is not None and steps_to_oom <= horizon
         severity: Severity = "critical" if soon else "warning"
         attribution = self._attribute(metric, cur, census_diff)
+        if trace_diff is not None:
+            self._attribute_traced(attribution, cur, trace_diff)
+        if attribution.get("own_growth"):
+            # memwatch's own tracing bookkeeping: nothing of the user's to report.
+            log.debug("memwatch: %s grew by %s, memwatch's own while tracing; no finding",
+                      metric, attribution.get("tracemalloc_summary"))
+            return None
         if attribution.get("retention") and metric == "host.rss":
             return explain.allocator_retention(metric, cur, slope, attribution, summary)
         f = explain.leak(
@@ -317,8 +348,13 @@ class Analyzer:
                 est = len(gc.get_objects()) * 0.0006  # ~0.6 us per object, measured
             if est > self.config.census_budget * epoch_s * 1000.0:
                 return None
+        # The tracemalloc snapshot of this epoch end ran gc.collect() a moment ago; while
+        # tracing, its allocation sites replace the per-type object counts (see take_census).
+        tracer = getattr(self.session, "_tracer", None)
+        tracing = tracer is not None and getattr(tracer, "active", False)
+        collected = tracing and getattr(tracer, "collected_epoch", None) == summary.epoch
         try:
-            c = census.take_census(collect=True)
+            c = census.take_census(collect=not collected, count_types=not tracing)
         except Exception as e:  # noqa: BLE001
             log.warning("memwatch: tensor census failed (%s); culprits will not be named", e)
             return None
@@ -413,6 +449,55 @@ class Analyzer:
                     explained < self.config.retention_explained * rss_growth:
                 out["retention"] = True
         return out
+
+    # ------------------------------------------------------------------ tracemalloc
+    def _trace_diff(self, summary: EpochSummary) -> Any:
+        """This epoch end's allocation-site diff (``MemWatch(tracemalloc=...)``), or None."""
+        tracer = getattr(self.session, "_tracer", None)
+        d = getattr(tracer, "last", None)
+        if d is None or d.epochs[1] != summary.epoch:
+            return None
+        return d
+
+    def _traced_explains(self, d: Any) -> bool:
+        """Live traced Python allocations grew by a fair share of the host growth: user code
+        keeps them (a leak), the allocator does not (retention)."""
+        if d is None:
+            return False
+        grew = min(d.traced_growth, d.traced_net)  # net: what was released elsewhere counts
+        if grew <= 0:
+            return False
+        rss = d.explainable_rss_growth()
+        if rss is None or rss <= 0:
+            return bool(grew >= self.config.shape.min_growth_bytes)
+        return bool(grew >= self.config.retention_explained * rss)
+
+    def _attribute_traced(self, out: dict[str, Any], cur: EpochStats, d: Any) -> None:
+        """Add the allocation sites that grew; they overrule a retention verdict when they
+        explain the growth, and name the culprit when no holder of tensors was named."""
+        steps = d.steps or cur.n_steps
+        out["tracemalloc"] = [g.to_dict(steps) for g in d.growths[:8]]
+        out["tracemalloc_summary"] = d.summary()
+        explains = self._traced_explains(d)
+        out["tracemalloc_summary"]["explains_growth"] = explains
+        if explains:
+            # Growth of live Python allocations: a leak in user code, not allocator retention.
+            out.pop("retention", None)
+        elif out.get("retention") and d.rss_growth is not None and \
+                d.rss_growth - d.own_rss_growth <= cur.threshold:
+            # What grew is memwatch's own while tracing (the traces, the snapshot's objects the
+            # allocator kept): not the user's.
+            out["own_growth"] = True
+        if not d.growths or "holder" in out:
+            return
+        top = d.growths[0]
+        rss = d.explainable_rss_growth()
+        big = rss is None or rss <= 0 or top.bytes_delta >= 0.1 * rss
+        # A block kept every step at a line of user code names it even when the bytes are
+        # elsewhere (a tensor's storage is not a traced Python allocation, its object is).
+        per_step = top.user and top.count_delta >= 0.5 * max(steps, 1)
+        if (explains and big) or per_step:
+            out["site"] = top
 
     # ------------------------------------------------------------------ helpers
     def _floor_rose(self, metric: str) -> bool:

@@ -91,9 +91,14 @@ def _torch() -> Any | None:
     return sys.modules.get("torch")
 
 
-def take_census(collect: bool = False) -> Census:
+def take_census(collect: bool = False, count_types: bool = True) -> Census:
     """Walk live objects once. ``collect=True`` runs ``gc.collect()`` first (only garbage that
-    cycles keep would otherwise be counted; what survives a collection is really held)."""
+    cycles keep would otherwise be counted; what survives a collection is really held).
+
+    ``count_types=False`` leaves ``Census.types`` empty: counting allocates an int per object
+    (counts past 256 are not cached), which tracemalloc, when it runs, traces one by one, making
+    the census several times slower; its allocation-site diff replaces the type counts then.
+    """
     t0 = time.perf_counter()
     if collect:
         gc.collect()
@@ -104,13 +109,22 @@ def take_census(collect: bool = False) -> Census:
     seen_storage: set[tuple[str, int]] = set()
     type_counts: collections.Counter[str] = collections.Counter()
     n_tensors = 0
+    # issubclass once per type, not per object: it allocates a little each call (traced one by
+    # one when tracemalloc runs), a dict lookup by type does not.
+    is_tensor: dict[type, bool] = {}
     objs = gc.get_objects()
     for o in objs:
         tp = type(o)
-        type_counts[tp.__qualname__] += 1
+        if count_types:
+            type_counts[tp.__qualname__] += 1
+        if tensor_type is None:
+            continue
         # type() and issubclass, not isinstance: isinstance consults ``__class__``, which some
         # lazy objects turn into a deprecation warning or an import.
-        if tensor_type is None or not issubclass(tp, tensor_type):
+        t = is_tensor.get(tp)
+        if t is None:
+            t = is_tensor[tp] = issubclass(tp, tensor_type)
+        if not t:
             continue
         try:
             if type(o).__name__ == "Parameter" or o.is_meta:

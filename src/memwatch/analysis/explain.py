@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from memwatch.analysis.shapes import EpochStats
@@ -70,7 +71,7 @@ def leak(*, metric: str, stats: list[EpochStats], slope: float, slope_ci: tuple[
 def _attribution_evidence(a: dict[str, Any]) -> dict[str, Any]:
     keep = ("census_ms", "attribution_ms", "objects_scanned", "tensors_scanned", "census_epochs",
             "growing_groups", "python_object_growth", "graph_bytes", "explained_bytes",
-            "rss_growth_bytes", "census")
+            "rss_growth_bytes", "census", "tracemalloc", "tracemalloc_summary")
     ev = {k: a[k] for k in keep if k in a}
     h = a.get("holder")
     if h is not None:
@@ -83,14 +84,16 @@ def _attribution_evidence(a: dict[str, Any]) -> dict[str, Any]:
 def _culprit(metric: str, a: dict[str, Any]) -> tuple[str | None, list[str], str]:
     g = a.get("group")
     h = a.get("holder")
+    if a.get("site") is not None and h is None:
+        return _site_culprit(a)
     if g is None:
         if metric.startswith("host.") and a.get("python_object_growth"):
             top = ", ".join(f"{n} (+{d})" for n, d in a["python_object_growth"][:3])
             return (f"Python objects: {top}", [
                 "Growing Python objects, not tensors: look for containers that are appended to "
                 "every step (lists of dicts, logs of metrics) and bound or clear them.",
-                "For a precise allocation site, run with tracemalloc (MemWatch(...), "
-                "`memwatch.analysis.tracemalloc` docs) for one epoch.",
+                "For the line that allocates them, run with `MemWatch(tracemalloc=True)` (it "
+                "costs time on every Python allocation: an epoch or two is enough).",
             ], "")
         if "census" in a:  # no census to compare: say why, and how to get one
             return (None, [
@@ -162,6 +165,92 @@ def _culprit(metric: str, a: dict[str, Any]) -> tuple[str | None, list[str], str
             "bundle lists the largest groups with their holders."
         )
     return culprit, suggestions, detail
+
+
+def _site_culprit(a: dict[str, Any]) -> tuple[str, list[str], str]:
+    """The allocation site that grew most (tracemalloc), when no holder of tensors was named."""
+    site = a["site"]
+    summ = a.get("tracemalloc_summary") or {}
+    steps = int(summ.get("steps") or 0)
+    where = site.describe_where()
+    culprit = (f"{where} — +{fmt_bytes(site.bytes_delta)} over the epoch, "
+               f"{site.count_delta:,} new blocks (allocated here, still alive)")
+    per_step = f" ({fmt_bytes(site.bytes_delta / steps)} per step)" if steps else ""
+    detail = (f"tracemalloc: Python allocations made at {site.where} and still alive grew by "
+              f"{fmt_bytes(site.bytes_delta)}{per_step} between the last two epoch ends")
+    if site.code:
+        detail += f" (`{site.code}`)"
+    traced = summ.get("traced_net_bytes")
+    rss = summ.get("rss_growth_bytes")
+    if traced is not None and rss:
+        detail += (f"; all traced Python allocations grew by {fmt_bytes(traced)} while RSS grew "
+                   f"by {fmt_bytes(rss)}")
+        overhead = summ.get("tracemalloc_overhead_rss_bytes") or 0
+        if overhead > 0:
+            detail += (f" (about {fmt_bytes(overhead)} of it tracemalloc's own bookkeeping, a "
+                       "trace per live block)")
+    detail += "."
+    suggestions = site_suggestions(site, int(summ.get("frames") or 0))
+    g = a.get("group")
+    if g is not None:
+        detail += f" Live tensors grew too: +{g.count_delta} × {g.group.describe()}."
+        if g.group.grad_fn:
+            suggestions.append(
+                "Keep numbers, not graphs: store `loss.item()` (a Python float) or "
+                "`loss.detach()` instead of the tensor."
+            )
+    return culprit, suggestions, detail
+
+
+_APPEND_RE = re.compile(r"^\s*(?:self\.)?(?P<name>[\w.]+?(?:\[[^\]]*\])*)\s*\."
+                        r"(?P<op>append|extend|insert|appendleft|extendleft|add)\(")
+_STORE_RE = re.compile(r"^\s*(?P<name>[\w.]+)\s*\[[^=]*\]\s*=(?!=)|"
+                       r"^\s*(?P<name2>[\w.]+)\s*\.(?:setdefault|update)\(")
+_CONCAT_RE = re.compile(r"^\s*(?P<name>[\w.]+(?:\[[^\]]*\])*)\s*\+=")
+
+
+def site_suggestions(site: Any, frames: int = 0) -> list[str]:
+    """What to do about the objects allocated at one site, from the line of source code."""
+    where = site.where
+    code = site.code or ""
+    if not site.user:
+        more = f" (tracemalloc={frames * 2} or more)" if frames else ""
+        return [
+            f"The allocation happens inside {where}, with no frame of your code among the frames "
+            f"kept: trace more frames{more} to see which of your lines calls it, or look at the "
+            "traceback in evidence['tracemalloc'].",
+        ]
+    m = _APPEND_RE.match(code)
+    if m:
+        name = m.group("name")
+        kind = "set" if m.group("op") == "add" else "list"
+        return [
+            f"`{name}` gains objects every step ({where}) and nothing removes them: bound it "
+            f"(`collections.deque(maxlen=N)`{' for a list' if kind == 'list' else ''}), clear "
+            "it at the epoch end, or keep a running summary (a sum, a mean) instead of every "
+            "record.",
+        ]
+    m = _STORE_RE.match(code)
+    if m:
+        name = m.group("name") or m.group("name2")
+        return [
+            f"`{name}` is a cache without eviction ({where}): bound it "
+            "(`functools.lru_cache(maxsize=...)`, an OrderedDict that drops its oldest entry) "
+            "or clear it every epoch.",
+        ]
+    m = _CONCAT_RE.match(code)
+    if m:
+        name = m.group("name")
+        return [
+            f"`{name}` grows by concatenation every step ({where}): write the lines to a file "
+            "or a `logging` handler as they come, or keep only the last N "
+            "(`collections.deque(maxlen=N)`).",
+        ]
+    return [
+        f"Objects allocated at {where} stay alive: find what keeps them (the traceback in "
+        "evidence['tracemalloc'] shows the call path; `gc.get_referrers` on one of them names "
+        "its container) and bound or clear that container.",
+    ]
 
 
 def _short(path: str) -> str:
@@ -273,6 +362,10 @@ def allocator_retention(metric: str, cur: EpochStats, slope: float, a: dict[str,
         "keeping freed memory (glibc arenas fragment under many threads and mixed sizes), which "
         "no code fix addresses; less often native code (an extension) leaking outside Python."
     )
+    summ = a.get("tracemalloc_summary")
+    if summ is not None:
+        msg += (f" tracemalloc agrees: live traced Python allocations changed by "
+                f"{fmt_bytes(summ.get('traced_net_bytes'))} over the last epoch.")
     return Finding(
         # Not a leak in the user's code: informational, like every non-leak finding.
         kind="allocator_retention", metric=metric, severity="info", message=msg,

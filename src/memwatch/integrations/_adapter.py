@@ -72,6 +72,7 @@ def session_options(given: MemWatch | None, options: dict[str, Any], device: Any
             "buckets_per_epoch": given.buckets_per_epoch,
             "analyze": given.analyze,
             "census": given.census_mode,
+            "tracemalloc": given.tracemalloc_frames or False,
         }
     opts.setdefault("device", device)
     opts.setdefault("out_dir", out_dir)
