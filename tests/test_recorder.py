@@ -249,6 +249,48 @@ def test_config_errors() -> None:
         memwatch.MemWatch(max_bundles=0)
     with pytest.raises(ConfigError, match="max_total_bytes"):
         memwatch.MemWatch(max_bundle_bytes=10 * MIB, max_total_bytes=MIB)
+    with pytest.raises(ConfigError, match="bundle_report='pdf': use one of 'auto', 'full'"):
+        memwatch.MemWatch(bundle_report="pdf")
+
+
+def test_bundle_report_modes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """full: charts (plotly.js inlined); tables: a few KiB; none: no report.html; auto: full,
+    but tables for a distributed job's signal bundles (1,024 survivors x 5 MB would be 5 GB)."""
+    def report_of(path: Path | None) -> str | None:
+        assert path is not None
+        files = open_bundle(path).manifest["files"]
+        return (path / "report.html").read_text() if "report.html" in files else None
+
+    def one(mode: str, trigger: str) -> str | None:
+        with memwatch.watch(device="cpu", workers=False, out_dir=tmp_path / f"{mode}-{trigger}",
+                            signals=trigger == "signal", bundle_report=mode) as mw:
+            for _ in range(5):
+                mw.step()
+            if trigger == "signal":
+                os.kill(os.getpid(), signal.SIGUSR1)  # memwatch's handler: bundle, go on
+                time.sleep(0.05)
+                (path,) = complete_bundles(tmp_path / f"{mode}-{trigger}")
+                return report_of(path)
+            return report_of(mw.dump("look"))
+
+    full = one("full", "manual")
+    assert full is not None and "id='mw-figures'" in full and len(full) > 1_000_000
+    tables = one("tables", "manual")
+    assert tables is not None and "id='mw-figures'" not in tables and len(tables) < 200_000
+    assert "Charts are left out to keep this bundle small" in tables
+    assert one("none", "manual") is None
+    # auto, one process: every bundle has the charts, a signal's too
+    auto_single = one("auto", "signal")
+    assert auto_single is not None and "id='mw-figures'" in auto_single
+    # auto, rank 1 of a 2-rank job: the survivor's signal bundle is tables only, a manual or
+    # failure bundle still gets the charts
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    (tmp_path / "auto-signal").rename(tmp_path / "auto-signal-single")
+    auto_sig = one("auto", "signal")
+    assert auto_sig is not None and "id='mw-figures'" not in auto_sig
+    auto_manual = one("auto", "manual")
+    assert auto_manual is not None and "id='mw-figures'" in auto_manual
 
 
 # ---------------------------------------------------------------- bounds

@@ -79,6 +79,7 @@ log = logging.getLogger("memwatch")
 MIB = 1 << 20
 _RESERVE_BYTES = 8 * MIB
 _PENDING_MAX_AGE_S = 600.0
+REPORT_MODES: tuple[str, ...] = ("auto", "full", "tables", "none")
 def parse_bundle_on(value: Any) -> frozenset[str]:
     """``"oom"`` (default: every OOM class), ``"all"``, ``"none"``, or a collection of
     ``"oom"``, ``"cuda_oom"``, ``"host_oom"``, ``"mps_oom"``, ``"other"``."""
@@ -123,8 +124,16 @@ class RecorderConfig:
     signals: bool = True
     timeline_rows: int = 2000
     census_top_n: int = 20
+    #: report.html in each bundle: "full" (charts, plotly.js inlined: about 5 MB), "tables" (a few
+    #: KiB; ``memwatch report BUNDLE`` draws the charts later), "none", or "auto": full, except
+    #: tables for the bundles a distributed job's survivors write when the launcher stops them
+    #: (signal bundles of a rank in a world of more than one: 1,024 of them would be 5 GB).
+    report: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.report not in REPORT_MODES:
+            raise ConfigError(f"bundle_report={self.report!r}: use one of "
+                              f"{', '.join(map(repr, REPORT_MODES))}.")
         for name, lo in (("max_bundles", 1), ("max_bundle_bytes", 4096),
                          ("max_total_bytes", 4096), ("timeline_rows", 0),
                          ("census_top_n", 0)):
@@ -536,15 +545,27 @@ class FlightRecorder:
             self._lock.release()
             self._arm_reserve()
 
+    def report_mode(self, trigger: str) -> str:
+        """What report.html a bundle of ``trigger`` gets: "full", "tables" or "none"."""
+        mode = self.config.report
+        if mode != "auto":
+            return mode
+        world = self.session.rank.get("world_size", 1)
+        return "tables" if trigger == "signal" and world > 1 else "full"
+
     def _write_report(self, w: BundleWriter, manifest: dict[str, Any]) -> None:
         from memwatch.bundle import SCHEMA_VERSION, Bundle
         from memwatch.report.html import render_bundle_html
 
+        mode = self.report_mode(str(manifest.get("trigger")))
+        if mode == "none":
+            return
         files = w.sizes()
         preview = {"schema_version": SCHEMA_VERSION, "name": w.name, **manifest, "files": files,
                    "bytes": sum(files.values())}
         try:
             w.write_text("report.html", render_bundle_html(Bundle(w.tmp, preview),
-                                                           str(w.root / w.name)))
+                                                           str(w.root / w.name),
+                                                           with_charts=mode == "full"))
         except Exception as e:  # noqa: BLE001
             w.errors["report.html"] = f"{type(e).__name__}: {e}"

@@ -123,6 +123,10 @@ class MemWatch:
         max_bundle_bytes: one bundle over this is trimmed, largest optional files first.
         record_history: record the CUDA allocator's allocation history (costs a stack walk per
             allocation; makes ``snapshot.pickle`` show who allocated what).
+        bundle_report: each bundle's ``report.html``: ``"full"`` (charts; plotly.js inlined,
+            about 5 MB), ``"tables"`` (a few KiB), ``"none"``, or ``"auto"`` (default: full,
+            but tables for the bundles a distributed job's survivors write when the launcher
+            stops them with a signal). ``memwatch report BUNDLE`` draws the charts later.
         signals: SIGTERM/SIGUSR1 write a bundle, then go to the previous handler.
         watchdog: ``True`` (defaults), ``False``, a dict or a
             :class:`memwatch.watchdog.WatchdogConfig` (thresholds and actions).
@@ -172,6 +176,7 @@ class MemWatch:
         max_total_bytes: int = 1 << 30,
         record_history: bool = False,
         signals: bool = True,
+        bundle_report: str = "auto",
         watchdog: Any = True,
         sinks: Sequence[Any] | None = None,
         log_every_n_steps: int = 50,
@@ -224,7 +229,7 @@ class MemWatch:
             enabled=bool(recorder), bundle_on=parse_bundle_on(bundle_on),
             max_bundles=max_bundles, max_bundle_bytes=max_bundle_bytes,
             max_total_bytes=max_total_bytes, record_history=bool(record_history),
-            signals=bool(signals),
+            signals=bool(signals), report=bundle_report,
         )
         self._watchdog_config = parse_watchdog(watchdog)
         self.recorder: FlightRecorder | None = None

@@ -161,14 +161,20 @@ def write_html(html: str, path: str | os.PathLike[str]) -> Path:
     return out
 
 
-def render_bundle_html(bundle: Bundle, display_path: str | None = None) -> str:
+def render_bundle_html(bundle: Bundle, display_path: str | None = None,
+                       with_charts: bool = True) -> str:
     """The report of ``bundle`` as one HTML string (raises BundleError on corrupted files).
 
     Written by the flight recorder at the failure, when memory may be exhausted: if the page with
     its 5 MB of inlined plotly.js does not fit, the tables alone are rendered (a few KiB), and
-    ``memwatch report BUNDLE`` renders the charts later, elsewhere.
+    ``memwatch report BUNDLE`` renders the charts later, elsewhere. ``with_charts=False`` renders
+    the tables alone on purpose (``bundle_report="tables"``).
     """
     d = from_bundle(bundle, display_path)
+    if not with_charts:
+        d.notes.insert(0, "Charts are left out to keep this bundle small (bundle_report): "
+                          "`memwatch report BUNDLE -o report.html` renders them.")
+        return render(d, with_charts=False)
     try:
         return render(d)
     except MemoryError:
