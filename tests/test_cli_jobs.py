@@ -162,15 +162,33 @@ def test_per_rank_out_dirs_are_found(job_dir: Path, tmp_path: Path,
     assert out.startswith("job torchelastic-a1b2c3") and "other bundles" not in out
 
 
+def _mem_bundle(rank: int, t: float, trigger: str = "exception",
+                job: str = "master-10.0.0.1:29500") -> tuple[Path, Bundle]:
+    """A bundle known only by its manifest (no files: grouping reads the manifest first)."""
+    m: dict[str, Any] = {"rank": rank, "world_size": 2, "created_unix": t, "host": "h",
+                         "trigger": trigger,
+                         "classification": "cuda_oom" if trigger == "exception" else None,
+                         "job": {"id": job, "source": "MASTER_ADDR" if job.startswith("master")
+                                 else "MEMWATCH_JOB_ID"}}
+    p = Path(f"/nonexistent/{t}-{rank}")
+    return p, Bundle(p, m)
+
+
+def test_manual_bundles_are_not_called_a_failure() -> None:
+    from memwatch.cli.ls import _job_heading
+
+    jobs, _ = group_jobs([_mem_bundle(1, 1.7e9, "manual", "exp1"),
+                          _mem_bundle(0, 1.7e9 + 1, "manual", "exp1")])
+    assert _job_heading(jobs[0]).endswith("; no failure, first bundle: rank 1 (manual)")
+    # a signal bundle is reported as the first "failure" only when nothing failed
+    jobs, _ = group_jobs([_mem_bundle(1, 1.7e9, "manual", "exp1"),
+                          _mem_bundle(0, 1.7e9 + 1, "signal", "exp1")])
+    assert _job_heading(jobs[0]).endswith("; rank 0 failed first (signal)")
+
+
 def test_weak_job_key_splits_at_long_gaps() -> None:
     """Jobs known only by MASTER_ADDR:MASTER_PORT (reused by later jobs) split at long gaps."""
-    def bundle(rank: int, t: float) -> tuple[Path, Bundle]:
-        m: dict[str, Any] = {"rank": rank, "world_size": 2, "created_unix": t, "host": "h",
-                             "trigger": "exception", "classification": "cuda_oom",
-                             "job": {"id": "master-10.0.0.1:29500", "source": "MASTER_ADDR"}}
-        p = Path(f"/nonexistent/{t}-{rank}")
-        return p, Bundle(p, m)
-
+    bundle = _mem_bundle
     t = 1.7e9
     entries: list[Any] = [bundle(1, t), bundle(0, t + 3), bundle(0, t + WEAK_KEY_GAP_S + 10)]
     jobs, rest = group_jobs(entries)

@@ -254,13 +254,23 @@ def site_suggestions(site: Any, frames: int = 0) -> list[str]:
 
 
 def _short(path: str) -> str:
-    """The name a person would grep for: `history` in ``train.py: history[3]``."""
+    """The name a person would grep for: `history` in ``train.py: history[3]``.
+
+    Example::
+
+        >>> _short("train.py: history[3]"), _short("['kept'][36]"), _short("[3]")
+        ('history', 'kept', '[3]')
+    """
     if "local `" in path:
         return path.split("local `", 1)[1].split("`", 1)[0]
     head = path.split(" → ")[0]
     head = head.split(": ", 1)[-1]
+    whole = head
     while head.endswith("]") and "[" in head:
         head = head[: head.rindex("[")]
+    if not head:  # no owner named ("['kept'][36]", a class attribute): the first key is the name
+        key = whole[1:].split("]", 1)[0].strip("'\"") if whole.startswith("[") else ""
+        return key if key and not key.isdigit() else whole
     return head
 
 

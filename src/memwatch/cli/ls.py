@@ -45,7 +45,8 @@ def _job_heading(job: Job) -> str:
     return (f"job {job.label}: world size {job.world_size}, {len(job.bundles)} bundle(s) from "
             f"rank(s) {', '.join(map(str, job.ranks))}"
             + (f", none from rank(s) {', '.join(map(str, missing))}" if missing else "")
-            + f"; rank {first.rank} failed first ({what})")
+            + (f"; rank {first.rank} failed first ({what})" if first.trigger != "manual"
+               else f"; no failure, first bundle: rank {first.rank} (manual)"))
 
 
 def _entry_json(path: Path, b: Bundle | BundleError) -> dict[str, Any]:

@@ -356,7 +356,9 @@ def render_comparison(c: JobComparison) -> str:
     m = f.bundle.manifest
     out = [f"memwatch job {j.label}: world size {j.world_size}, bundles from rank(s) "
            f"{', '.join(map(str, j.ranks))} (job id from {j.source or 'the bundles'})", ""]
-    out.append(f"Rank {f.rank} failed first, at {_utc(f.time)} on host {f.host} "
+    lead = (f"Rank {f.rank} failed first" if f.trigger != "manual" else
+            f"No rank failed (manual bundles only); the first is rank {f.rank}'s")
+    out.append(f"{lead}, at {_utc(f.time)} on host {f.host} "
                f"(epoch {m.get('epoch', '?')}, step {m.get('step', '?')}):")
     out.append(f"  {c.headline}")
     if c.message:
