@@ -311,7 +311,16 @@ class Timeline:
         """Adopt epoch summaries from a checkpoint (resume keeps cross-epoch evidence)."""
         self.epochs = list(epochs) + self.epochs
         self._epoch_index = max(self._epoch_index, max((e.epoch for e in epochs), default=-1) + 1)
-        self._bound_epochs()
+        # Only the most recent epochs keep their buckets, whatever the saving run kept.
+        keep = len(self.epochs) - self.detailed_epochs
+        for i in range(max(keep, 0)):
+            if self.epochs[i].bucket_floor is not None:
+                self.epochs[i] = self.epochs[i].compact()
+        while len(self.epochs) > self.max_epochs:
+            before = len(self.epochs)
+            self._bound_epochs()
+            if len(self.epochs) == before:
+                break
 
     # ------------------------------------------------------------------ reading
     def latest(self) -> dict[str, float]:

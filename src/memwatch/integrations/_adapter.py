@@ -7,12 +7,20 @@ about a finding is one piece of code here, so the three cannot drift apart.
 
 from __future__ import annotations
 
+import logging
 import warnings
+from dataclasses import dataclass, field
 from typing import Any
 
 from memwatch.errors import ConfigError, MemWatchWarning
 from memwatch.findings import Finding
 from memwatch.session import MemWatch
+
+log = logging.getLogger("memwatch")
+
+#: Layout of an adapter's checkpoint state: ``{"version": 1, "findings": [...], "warned":
+#: [[stage, kind, metric], ...], "train": MemWatch.state_dict()}`` (plain data only).
+ADAPTER_STATE_VERSION = 1
 
 #: What ``graceful_stop=True`` asks of the watchdog when the user configured none: it decides
 #: when to stop (OOM forecast within its horizon, or critical usage); the adapter turns that
@@ -108,3 +116,63 @@ class FindingWarner:
         if f.suggestions:
             text += " Try: " + "; ".join(f.suggestions)
         warnings.warn(text, MemWatchWarning, stacklevel=stacklevel + 1)
+
+
+# ---------------------------------------------------------------------- checkpoints
+def adapter_state(mw: MemWatch | None, findings: list[Finding],
+                  warner: FindingWarner) -> dict[str, Any]:
+    """An adapter's checkpoint state: its findings (training and evaluation), the warnings
+    already given, and the training session's :meth:`MemWatch.state_dict` (plain data)."""
+    from memwatch.resume import plain
+
+    state: dict[str, Any] = {"version": ADAPTER_STATE_VERSION, "findings": [], "warned": []}
+    try:
+        state["findings"] = [plain(f.to_dict()) for f in findings]
+        state["warned"] = [list(k) for k in sorted(warner.warned)]
+    except Exception as e:  # noqa: BLE001 - a checkpoint must not fail because of memwatch
+        log.warning("memwatch: findings not saved with the checkpoint (%s: %s)",
+                    type(e).__name__, e)
+    if mw is not None:
+        state["train"] = mw.state_dict()  # never raises
+    return state
+
+
+@dataclass
+class RestoredState:
+    """What :func:`read_adapter_state` found in a checkpoint."""
+
+    findings: list[Finding] = field(default_factory=list)
+    warned: set[tuple[str, str, str]] = field(default_factory=set)
+    train: dict[str, Any] | None = None  # for MemWatch.load_state_dict
+
+
+def read_adapter_state(state: Any) -> RestoredState | None:
+    """Parse :func:`adapter_state`'s output; ``None`` (after a warning) when it is unusable."""
+    version = state.get("version") if isinstance(state, dict) else None
+    if version != ADAPTER_STATE_VERSION:
+        log.warning("memwatch: checkpoint state version %r not understood; starting fresh",
+                    version)
+        return None
+    try:
+        out = RestoredState(
+            findings=[Finding.from_dict(d) for d in state.get("findings") or []],
+            warned={(str(a), str(b), str(c)) for a, b, c in state.get("warned") or []},
+        )
+        train = state.get("train")
+        if isinstance(train, dict):
+            train = dict(train)
+            if "version" not in train:
+                # Written by the Lightning callback of memwatch before MemWatch.state_dict():
+                # the same layout, with the training findings kept at the top level only.
+                from memwatch.resume import STATE_VERSION
+
+                train["version"] = STATE_VERSION
+                train.setdefault("findings", [
+                    d for d in state.get("findings") or []
+                    if (d.get("evidence") or {}).get("stage", "train") == "train"])
+            out.train = train
+        return out
+    except Exception as e:  # noqa: BLE001 - a bad state must not stop the resumed run
+        log.warning("memwatch: checkpoint state not usable (%s: %s); starting fresh",
+                    type(e).__name__, e)
+        return None

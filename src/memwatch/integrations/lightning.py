@@ -47,16 +47,16 @@ except ImportError:  # pragma: no cover - depends on what is installed
             "pip install 'memwatch[lightning]'"
         ) from _e
 
-import numpy as np
-
 from memwatch.errors import MemWatchWarning
 from memwatch.findings import Finding
 from memwatch.integrations._adapter import (
     GRACEFUL_STOP_WATCHDOG,
     FindingWarner,
+    adapter_state,
     check_given,
     check_log_every,
     check_options,
+    read_adapter_state,
     session_options,
 )
 from memwatch.integrations._logkeys import (
@@ -68,13 +68,11 @@ from memwatch.integrations._logkeys import (
     to_log_metrics,
 )
 from memwatch.session import MemWatch
-from memwatch.timeline import EpochSummary
 
 __all__ = ["MemWatchCallback", "MemWatchWarning"]
 
 log = logging.getLogger("memwatch")
 
-_STATE_VERSION = 1
 _WARN_SEVERITIES = ("warning", "critical")
 _MAX_FINDINGS = 1000
 
@@ -246,9 +244,17 @@ class MemWatchCallback(Callback):
         return self._state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._pending_state = dict(state_dict)
-        if self.memwatch is not None and self.memwatch.running:
-            self._apply_pending_state()
+        restored = read_adapter_state(state_dict)  # never raises; None: start fresh
+        if restored is None:
+            return
+        self.findings = restored.findings
+        self._warner.warned = restored.warned
+        self._pending_state = restored.train
+        if self.memwatch is not None and self.memwatch.running and self._pending_state is not None:
+            # Lightning restores callbacks after setup() started the session; otherwise
+            # setup() hands the state to the new session.
+            self.memwatch.load_state_dict(self._pending_state)
+            self._pending_state = None
 
     # ------------------------------------------------------------------ setup
     def _setup(self, trainer: Any, stage: str) -> None:
@@ -270,7 +276,8 @@ class MemWatchCallback(Callback):
             self.memwatch = None
             return
         if self._pending_state is not None:
-            self._apply_pending_state()
+            mw.load_state_dict(self._pending_state)
+            self._pending_state = None
         self._attach_wandb_sink(trainer, mw)
         # The validation timeline starts now rather than at the first validation: its buffers
         # are then part of the first training epoch's floor instead of a step between epochs.
@@ -485,70 +492,12 @@ class MemWatchCallback(Callback):
 
     # ------------------------------------------------------------------ checkpoints
     def _state_dict(self) -> dict[str, Any]:
-        state: dict[str, Any] = {
-            "version": _STATE_VERSION,
-            "findings": [f.to_dict() for f in self.findings],
-            "warned": [list(k) for k in sorted(self._warner.warned)],
-        }
-        mw = self.memwatch
-        if mw is not None and mw.timeline is not None:
-            state["train"] = {
-                "step_count": mw.step_count,
-                "epoch": mw.epoch,
-                "epochs": [_summary_to_state(e) for e in mw.epochs],
-            }
-        return state
-
-    def _apply_pending_state(self) -> None:
-        state, self._pending_state = self._pending_state, None
-        mw = self.memwatch
-        if not state or mw is None or mw.timeline is None:
-            return
-        if state.get("version") != _STATE_VERSION:
-            log.warning("memwatch: checkpoint state version %r not understood; starting fresh",
-                        state.get("version"))
-            return
-        try:
-            self.findings = [Finding.from_dict(d) for d in state.get("findings", [])]
-            self._warner.warned = {(str(a), str(b), str(c))
-                                   for a, b, c in state.get("warned", [])}
-            train = state.get("train")
-            if train:
-                keys = mw.timeline.keys
-                epochs = [_summary_from_state(d, keys) for d in train.get("epochs", [])]
-                _restore_epochs(mw, epochs)
-                # Step numbers continue where the checkpoint left off, so the analyzer sees one
-                # increasing axis across the restart.
-                mw.step_count = max(mw.step_count, int(train.get("step_count", 0)))
-                mw.epoch = max(mw.epoch, int(train.get("epoch", 0)))
-        except Exception as e:  # noqa: BLE001 - a bad state must not stop the resumed run
-            log.warning("memwatch: could not restore epoch summaries (%s: %s)",
-                        type(e).__name__, e)
+        # {"version": 1, "findings", "warned", "train": MemWatch.state_dict()}: plain data, so
+        # torch.load(weights_only=True) reads the checkpoint.
+        return adapter_state(self.memwatch, self.findings, self._warner)
 
 
 # ---------------------------------------------------------------------- helpers
-def _restore_epochs(mw: MemWatch, epochs: list[EpochSummary]) -> None:
-    """Give a resumed session the epochs it had before the restart: timeline and analyzer."""
-    public = getattr(mw, "restore_epochs", None)
-    if callable(public):  # the session's own API, when it has one
-        public(epochs)
-        return
-    assert mw.timeline is not None
-    mw.timeline.restore_epochs(epochs)
-    # The analyzer keeps its own per-metric history (fed by end_epoch): replay the restored
-    # epochs through it so cross-epoch verdicts span the restart. Their findings were reported
-    # (and saved in this callback's state) before the restart, so they are dropped here.
-    analyzer = getattr(mw, "_analyzer", None)
-    if analyzer is not None and "analyzer" not in mw.disabled:
-        for e in epochs:
-            try:
-                analyzer.on_epoch_end(e)
-            except Exception as exc:  # noqa: BLE001
-                log.warning("memwatch: analyzer could not replay restored epoch %d (%s: %s)",
-                            e.epoch, type(exc).__name__, exc)
-                break
-
-
 def _device_of(trainer: Any) -> str:
     """The memwatch device spec for the trainer's root device ('cpu' watches host only)."""
     try:
@@ -570,53 +519,6 @@ def _logger_step(trainer: Any, global_step: int) -> int:
     loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
     value = getattr(loop, "_batches_that_stepped", None)
     return int(value) if isinstance(value, int) else max(int(global_step) - 1, 0)
-
-
-_SUMMARY_ARRAYS = ("floor", "peak", "first", "last")
-_BUCKET_ARRAYS = ("bucket_floor", "bucket_peak", "bucket_last")
-
-
-def _summary_to_state(e: EpochSummary) -> dict[str, Any]:
-    """Plain lists and numbers only, so ``torch.load(weights_only=True)`` accepts it."""
-    d: dict[str, Any] = {
-        "epoch": e.epoch, "start_step": e.start_step, "end_step": e.end_step,
-        "n_steps": e.n_steps, "t_start": e.t_start, "t_end": e.t_end, "keys": list(e.keys),
-    }
-    for name in _SUMMARY_ARRAYS + _BUCKET_ARRAYS + ("bucket_step", "bucket_count"):
-        arr = getattr(e, name)
-        d[name] = None if arr is None else arr.tolist()
-    return d
-
-
-def _summary_from_state(d: dict[str, Any], keys: tuple[str, ...]) -> EpochSummary:
-    """Rebuild a summary, remapping columns to this run's metrics (NaN where a metric is new)."""
-    saved = list(d["keys"])
-    cols = [saved.index(k) if k in saved else -1 for k in keys]
-
-    def remap(values: Any, dims: int) -> Any:
-        if values is None:
-            return None
-        arr = np.asarray(values, dtype=np.float64).reshape((-1, len(saved)) if dims == 2 else -1)
-        shape = (arr.shape[0], len(keys)) if dims == 2 else (len(keys),)
-        out = np.full(shape, np.nan)
-        for j, c in enumerate(cols):
-            if c >= 0:
-                out[..., j] = arr[..., c]
-        return out
-
-    def ints(values: Any) -> Any:
-        return None if values is None else np.asarray(values, dtype=np.int64)
-
-    return EpochSummary(
-        epoch=int(d["epoch"]), start_step=int(d["start_step"]), end_step=int(d["end_step"]),
-        n_steps=int(d["n_steps"]), t_start=float(d["t_start"]), t_end=float(d["t_end"]),
-        keys=keys,
-        floor=remap(d["floor"], 1), peak=remap(d["peak"], 1),
-        first=remap(d["first"], 1), last=remap(d["last"], 1),
-        bucket_step=ints(d.get("bucket_step")), bucket_count=ints(d.get("bucket_count")),
-        bucket_floor=remap(d.get("bucket_floor"), 2), bucket_peak=remap(d.get("bucket_peak"), 2),
-        bucket_last=remap(d.get("bucket_last"), 2),
-    )
 
 
 def _markdown_table(rows: list[list[Any]]) -> str:
