@@ -56,6 +56,7 @@ key                                                 meaning
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import sys
@@ -69,6 +70,7 @@ from typing import Any
 try:
     from transformers import Trainer, TrainerCallback
     from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 except ImportError as _e:  # pragma: no cover - depends on what is installed
     raise ImportError(
         "memwatch.integrations.transformers needs Hugging Face transformers; install it with "
@@ -80,9 +82,11 @@ from memwatch.findings import Finding
 from memwatch.integrations._adapter import (
     GRACEFUL_STOP_WATCHDOG,
     FindingWarner,
+    adapter_state,
     check_given,
     check_log_every,
     check_options,
+    read_adapter_state,
     session_options,
 )
 from memwatch.integrations._logkeys import PREFIX, findings_metrics, is_count, to_log_metrics
@@ -96,6 +100,8 @@ _WARN_SEVERITIES = ("warning", "critical")
 _MAX_FINDINGS = 1000
 _RECOVERED_CHOICES = ("event", "bundle")
 _EVAL_PREFIXES = ("eval_", "test_")
+#: The file this callback writes into every checkpoint folder (``-rank<N>`` for other ranks).
+STATE_FILE = "memwatch_state.json"
 _REPORTERS: tuple[type, ...] = tuple(
     c for c in INTEGRATION_TO_CALLBACK.values() if isinstance(c, type))
 
@@ -248,6 +254,9 @@ class MemWatchCallback(TrainerCallback):
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._on_train_end(state)
 
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._save_state(args, state)
+
     # ------------------------------------------------------------------ public
     def attach(self, trainer: Any) -> None:
         """Know the trainer: log through ``trainer.log`` and sit before the reporting callbacks.
@@ -349,11 +358,68 @@ class MemWatchCallback(TrainerCallback):
             return
         self.memwatch = mw
         self._attempt_open = True
+        self._load_state(args, state, mw)
         # The evaluation timeline starts with training: its buffers are then part of the first
         # epoch's floor rather than a step between epochs.
         strategy = getattr(args, "eval_strategy", "no")
         if str(getattr(strategy, "value", strategy)) != "no":
             self._eval_start()
+
+    # ------------------------------------------------------------------ checkpoints
+    # transformers' own mechanism for callback state (ExportableState) is not used: it is off
+    # unless TrainingArguments(restore_callback_states_from_checkpoint=True), it rebuilds the
+    # callback with type(cb)(**saved_args) and puts that new object in place of the user's (whose
+    # reference then reads nothing), its args must be JSON (a MemWatch or sinks are not), and it
+    # stores everything in trainer_state.json. A file of memwatch's own in the checkpoint folder
+    # has none of these limits.
+    def _save_state(self, args: Any, state: Any) -> None:
+        """``on_save`` (after the trainer wrote checkpoint-<global_step>): write this process's
+        state next to it. Never raises."""
+        try:
+            mw = self.memwatch
+            if mw is None:
+                return
+            folder = os.path.join(_run_dir(self.trainer, args),
+                                  f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+            if not os.path.isdir(folder):
+                log.debug("memwatch: checkpoint folder %s not found; state not saved", folder)
+                return
+            path = os.path.join(folder, _state_file(args))
+            data = adapter_state(mw, self.findings, self._warner)
+            tmp = path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(data, f, allow_nan=False)
+            os.replace(tmp, path)
+        except Exception as e:  # noqa: BLE001 - a checkpoint must not fail because of memwatch
+            log.warning("memwatch: could not save its state with the checkpoint (%s: %s)",
+                        type(e).__name__, e)
+
+    def _load_state(self, args: Any, state: Any, mw: MemWatch) -> None:
+        """``on_train_begin`` of ``train(resume_from_checkpoint=...)``: continue from the state
+        saved in that checkpoint, if it has one. Never raises."""
+        try:
+            folder = _resume_checkpoint()
+            if folder is None and int(getattr(state, "global_step", 0) or 0) > 0:
+                # Resumed, but the path was not found up the stack: the trainer's own naming.
+                folder = os.path.join(_run_dir(self.trainer, args),
+                                      f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+            if folder is None:
+                return
+            path = os.path.join(os.fspath(folder), _state_file(args))
+            if not os.path.isfile(path):
+                log.info("memwatch: %s has no memwatch state; the analysis starts fresh", folder)
+                return
+            with open(path, encoding="utf-8") as f:
+                restored = read_adapter_state(json.load(f))
+            if restored is None:
+                return
+            self.findings = restored.findings
+            self._warner.warned = restored.warned
+            if restored.train is not None:
+                mw.load_state_dict(restored.train)
+        except Exception as e:  # noqa: BLE001 - a bad state must not stop the resumed run
+            log.warning("memwatch: could not read its state from the checkpoint (%s: %s); the "
+                        "analysis starts fresh", type(e).__name__, e)
 
     def _given_used(self) -> bool:
         g = self._given
@@ -595,6 +661,37 @@ def _calling_trainer() -> Any:
             return obj
         f = f.f_back
     return None
+
+
+def _resume_checkpoint() -> str | None:
+    """The checkpoint folder ``Trainer.train(resume_from_checkpoint=...)`` resumes from (the
+    training loop's argument, already resolved from ``True``), from the caller frames."""
+    f: FrameType | None = sys._getframe(1)
+    for _ in range(16):
+        if f is None:
+            break
+        loc = f.f_locals
+        if isinstance(loc.get("self"), Trainer) and "resume_from_checkpoint" in loc:
+            value = loc["resume_from_checkpoint"]
+            return os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+        f = f.f_back
+    return None
+
+
+def _run_dir(trainer: Any, args: Any) -> str:
+    """Where the trainer puts its checkpoint folders (a trial's folder under hyper-parameter
+    search)."""
+    try:
+        if trainer is not None:
+            return str(trainer._get_output_dir(trial=getattr(trainer, "_trial", None)))
+    except Exception:  # noqa: BLE001
+        pass
+    return str(getattr(args, "output_dir", None) or os.getcwd())
+
+
+def _state_file(args: Any) -> str:
+    rank = int(getattr(args, "process_index", 0) or 0)
+    return STATE_FILE if rank == 0 else STATE_FILE.replace(".json", f"-rank{rank}.json")
 
 
 def _device_of(args: Any, options: dict[str, Any]) -> Any:

@@ -1,0 +1,113 @@
+"""``Trainer.train(resume_from_checkpoint=...)`` keeps memwatch's epoch summaries: a leak that
+began before the restart is confirmed at the first epoch end after it."""
+
+from __future__ import annotations
+
+import gc
+import json
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+from hf_helpers import Tokens, make_args, malloc_trim, tiny_bert
+from transformers import Trainer
+
+from memwatch import MemWatchWarning
+from memwatch.integrations.transformers import STATE_FILE, MemWatchCallback
+
+STEPS = 48  # optimizer steps per epoch (batch 8), as in the Lightning resume test
+KIB_PER_STEP = 512
+
+
+class CachingTrainer(Trainer):
+    """Keeps a growing cache that the user saves with every checkpoint and loads on resume: a
+    replay buffer or an "all predictions" list, the kind of leak a restart does not cure."""
+
+    def __init__(self, *a: Any, cache: list[torch.Tensor] | None = None, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.cache: list[torch.Tensor] = list(cache or [])
+
+    def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False,
+                     num_items_in_batch: Any = None) -> Any:
+        self.cache.append(torch.randn(KIB_PER_STEP * 256))  # 512 KiB of float32
+        return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+
+
+def _trainer(tmp_path: Path, cb: MemWatchCallback, epochs: int,
+             cache: list[torch.Tensor] | None = None) -> CachingTrainer:
+    args = make_args(tmp_path, num_train_epochs=epochs, save_strategy="epoch",
+                     logging_steps=1000)
+    return CachingTrainer(tiny_bert(), args, train_dataset=Tokens(8 * STEPS), callbacks=[cb],
+                          cache=cache)
+
+
+def _first_run(tmp_path: Path) -> tuple[MemWatchCallback, Path]:
+    """One epoch of the leak, checkpointed at its end; then the job is "preempted"."""
+    cb = MemWatchCallback(workers=False)
+    t1 = _trainer(tmp_path, cb, epochs=1)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always", MemWatchWarning)
+        t1.train()
+    ckpt = tmp_path / "out" / f"checkpoint-{STEPS}"
+    torch.save(t1.cache, ckpt / "cache.pt")  # the user's own state, saved with the checkpoint
+    del t1
+    # A restart is a new process: run 1's objects are gone and their memory is returned.
+    gc.collect()
+    malloc_trim()
+    return cb, ckpt
+
+
+def _resume(tmp_path: Path, ckpt: Path) -> tuple[MemWatchCallback, list[str]]:
+    cb = MemWatchCallback(workers=False)
+    cache = torch.load(ckpt / "cache.pt", weights_only=True)
+    t2 = _trainer(tmp_path, cb, epochs=2, cache=cache)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", MemWatchWarning)
+        t2.train(resume_from_checkpoint=str(ckpt))
+    assert len(t2.cache) == 2 * STEPS  # the cache came back and kept growing
+    return cb, [str(w.message) for w in caught if issubclass(w.category, MemWatchWarning)]
+
+
+def test_resumed_trainer_confirms_the_leak_at_its_first_epoch_end(tmp_path: Path) -> None:
+    cb1, ckpt = _first_run(tmp_path)
+    assert cb1.memwatch is not None
+    before = cb1.memwatch.epochs[0]
+    assert not [f for f in cb1.findings if f.kind == "leak"]  # one epoch cannot confirm a leak
+    saved = json.loads((ckpt / STATE_FILE).read_text())  # strict JSON, plain data
+    assert saved["train"]["step_count"] == STEPS and len(saved["train"]["epochs"]) == 1
+
+    cb2, texts = _resume(tmp_path, ckpt)
+    mw = cb2.memwatch
+    assert mw is not None and mw.timeline is not None
+    assert [e.epoch for e in mw.epochs] == [0, 1]
+    restored, new = mw.epochs
+    assert restored.n_steps == before.n_steps == STEPS
+    assert restored.bucket_floor is not None and before.bucket_floor is not None
+    assert restored.bucket_floor.tolist() == before.bucket_floor.tolist()
+    # One step axis across the restart.
+    assert new.start_step == restored.end_step + 1 and new.n_steps == STEPS
+    assert mw.step_count == 2 * STEPS
+    # Only one epoch ran in this process: the verdict needs the epoch from before the restart.
+    leaks = [f for f in cb2.findings if f.kind == "leak" and f.metric.startswith("host.")]
+    col = mw.timeline.keys.index("host.rss")
+    floors = [(e.epoch, e.floor[col] / 2**20) for e in mw.epochs]
+    assert leaks, (floors, [f.to_dict() for f in cb2.findings])
+    assert all(f.epoch == 1 and f.step == 2 * STEPS for f in leaks)
+    assert any("leak in host." in t for t in texts), texts
+    # What was found before the restart is kept, once: the replay reported nothing again.
+    old = [f.to_dict() for f in cb2.findings if f.epoch == 0]
+    assert old == json.loads(json.dumps([f.to_dict() for f in cb1.findings]))
+    rows = [r for r in cb2.trainer.state.log_history if "memwatch/findings/leak" in r]
+    assert rows and rows[-1]["step"] == 2 * STEPS
+
+
+def test_the_same_resume_without_memwatch_state_cannot_confirm_it_yet(tmp_path: Path) -> None:
+    _, ckpt = _first_run(tmp_path)
+    shutil.move(ckpt / STATE_FILE, tmp_path / "kept.json")
+    cb, _ = _resume(tmp_path, ckpt)
+    mw = cb.memwatch
+    assert mw is not None
+    assert [e.epoch for e in mw.epochs] == [0] and mw.step_count == STEPS  # a fresh session
+    assert not [f for f in cb.findings if f.kind == "leak"], [f.to_dict() for f in cb.findings]
