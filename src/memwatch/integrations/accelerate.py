@@ -37,6 +37,7 @@ key                                                 meaning
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -59,9 +60,11 @@ from memwatch.errors import ConfigError, MemWatchWarning
 from memwatch.findings import Finding
 from memwatch.integrations._adapter import (
     FindingWarner,
+    adapter_state,
     build_memwatch,
     check_given,
     check_log_every,
+    read_adapter_state,
     session_options,
 )
 from memwatch.integrations._logkeys import (
@@ -84,6 +87,9 @@ _MAX_RECOVERED = 100
 # frame (alive while the retried function runs) holds the current ``batch_size``.
 _FEBS_FILE = os.path.normcase(os.path.abspath(_acc_memory.__file__))
 _MARK = "_memwatch_hook_wrapper"
+#: What ``checkpoint="file"`` writes into every ``save_state`` folder (``-rank<N>`` for others).
+STATE_FILE = "memwatch_state.json"
+_CHECKPOINT_CHOICES = ("file", "register", None)
 
 # One hook per Accelerator: attaching again (typically inside a function that
 # find_executable_batch_size re-runs with a smaller batch) moves the hook to the new optimizer and
@@ -100,8 +106,8 @@ def attach(accelerator: Any, optimizer: Any = None, **options: Any) -> Accelerat
         optimizer: the prepared optimizer (``AcceleratedOptimizer``) or the torch optimizer inside
             it; ``None`` takes the only optimizer prepared so far.
         **options: :class:`AccelerateHook` options (``log_every_n_steps``, ``step``, ``warn``,
-            ``epochs``, ``memwatch``) and :class:`memwatch.MemWatch` options (``device``,
-            ``out_dir``, ``census``...).
+            ``epochs``, ``checkpoint``, ``memwatch``) and :class:`memwatch.MemWatch` options
+            (``device``, ``out_dir``, ``census``...).
 
     Calling it again for the same accelerator returns the same hook, moved to ``optimizer``
     (options are only read the first time).
@@ -157,6 +163,15 @@ class AccelerateHook:
             ``critical``; ``info`` findings are only logged.
         epochs: ``"auto"`` (an epoch ends when a prepared DataLoader is exhausted after optimizer
             steps) or ``"manual"`` (only :meth:`end_epoch` ends one).
+        checkpoint: how memwatch's state (epoch summaries, step count, findings) travels with
+            ``accelerator.save_state()``/``load_state()``, so verdicts span a restart:
+            ``"file"`` (default: save/load pre-hooks write and read ``memwatch_state.json`` in
+            the checkpoint folder, one per process; a checkpoint without it resumes fresh;
+            attach before ``load_state``), ``"register"``
+            (``accelerator.register_for_checkpointing(hook)``: saved as
+            ``custom_checkpoint_<i>.pkl`` by the main process only; the registration order
+            must be the same when resuming, and Accelerate refuses to load a folder whose count
+            of custom objects differs) or ``None``.
         **memwatch_options: passed to :class:`memwatch.MemWatch`. ``device`` defaults to the
             accelerator's device and ``out_dir`` to ``<project_dir or cwd>/memwatch`` (plus
             ``/rank<N>`` when several processes run).
@@ -202,6 +217,7 @@ class AccelerateHook:
         step: str | Callable[[], int] | None = "optimizer",
         warn: bool = True,
         epochs: str = "auto",
+        checkpoint: str | None = "file",
         **memwatch_options: Any,
     ) -> None:
         _check_accelerator(accelerator)
@@ -214,6 +230,12 @@ class AccelerateHook:
         if epochs not in ("auto", "manual"):
             raise ConfigError(f"epochs={epochs!r}: use 'auto' (prepared DataLoaders end epochs) "
                               "or 'manual' (call hook.end_epoch()).")
+        if checkpoint not in _CHECKPOINT_CHOICES:
+            raise ConfigError(f"checkpoint={checkpoint!r}: use 'file' (memwatch_state.json in "
+                              "each save_state folder), 'register' (register_for_checkpointing)"
+                              " or None (no state in checkpoints).")
+        self.checkpoint = checkpoint
+        self._checkpoint_handles: list[Any] = []
         self.accelerator = accelerator
         self._torch_opt = _torch_optimizer(accelerator, optimizer)
         if memwatch is None:
@@ -259,6 +281,7 @@ class AccelerateHook:
             return self
         self.attached = True
         self._ooms_at_start = _device_ooms(mw)
+        self._hook_checkpoints()
         self._hook_optimizer(self._torch_opt)
         if self.epochs == "auto":
             self._watch_new_loaders()
@@ -281,6 +304,12 @@ class AccelerateHook:
                 _unwrap_loader(dl)
         self._loaders.clear()
         self._pass_start.clear()
+        for handle in self._checkpoint_handles:
+            try:
+                handle.remove()
+            except Exception:  # noqa: BLE001
+                pass
+        self._checkpoint_handles.clear()
         self.memwatch.close()  # idempotent, never raises
         mine = _HOOKS.get(self.accelerator)
         if mine is not None and mine() is self:
@@ -314,6 +343,79 @@ class AccelerateHook:
         themselves; use this for one made later by ``accelerator.skip_first_batches``)."""
         if self.attached:
             self._wrap(dataloader)
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """This hook's state for a checkpoint: findings, warnings given, and the session's
+        :meth:`memwatch.MemWatch.state_dict` (plain data: ``torch.load(weights_only=True)``
+        reads it). Never raises."""
+        state = adapter_state(self.memwatch, self.findings, self._warner)
+        state["rank"] = self._rank
+        return state
+
+    def load_state_dict(self, state: Any) -> None:
+        """Continue from :meth:`state_dict` saved before a restart (before the first epoch end
+        of this run). A state that cannot be used logs a warning; never raises."""
+        if isinstance(state, dict) and state.get("rank", self._rank) != self._rank:
+            # "register" saves the main process's state only: not this process's memory.
+            log.info("memwatch: checkpoint state of rank %s not loaded on rank %d",
+                     state.get("rank"), self._rank)
+            return
+        restored = read_adapter_state(state)
+        if restored is None:
+            return
+        self.findings = restored.findings
+        self._warner.warned = restored.warned
+        if restored.train is not None:
+            self.memwatch.load_state_dict(restored.train)
+        self._last_epoch_step = max(self._last_epoch_step, self.memwatch.step_count)
+
+    def _hook_checkpoints(self) -> None:
+        acc = self.accelerator
+        try:
+            if self.checkpoint == "register":
+                if not any(o is self for o in getattr(acc, "_custom_objects", ())):
+                    acc.register_for_checkpointing(self)
+            elif self.checkpoint == "file":
+                self._checkpoint_handles = [
+                    acc.register_save_state_pre_hook(self._on_save_state),
+                    acc.register_load_state_pre_hook(self._on_load_state),
+                ]
+        except Exception as e:  # noqa: BLE001
+            log.warning("memwatch: checkpoints will not carry memwatch's state (%s: %s)",
+                        type(e).__name__, e)
+
+    def _state_path(self, folder: Any) -> str:
+        name = STATE_FILE if self._rank == 0 else STATE_FILE.replace(".json",
+                                                                     f"-rank{self._rank}.json")
+        return os.path.join(os.fspath(folder), name)
+
+    def _on_save_state(self, models: Any, weights: Any, output_dir: Any) -> None:
+        # Accelerate's save_state pre-hook, on every process, once output_dir exists.
+        try:
+            path = self._state_path(output_dir)
+            tmp = path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(self.state_dict(), f, allow_nan=False)
+            os.replace(tmp, path)
+        except Exception as e:  # noqa: BLE001 - a checkpoint must not fail because of memwatch
+            log.warning("memwatch: could not save its state with the checkpoint (%s: %s)",
+                        type(e).__name__, e)
+
+    def _on_load_state(self, models: Any, input_dir: Any) -> None:
+        # Accelerate's load_state pre-hook: the folder being resumed from.
+        try:
+            path = self._state_path(input_dir)
+            if not os.path.isfile(path):
+                log.info("memwatch: %s has no memwatch state; the analysis starts fresh",
+                         input_dir)
+                return
+            with open(path, encoding="utf-8") as f:
+                state = json.load(f)
+            self.load_state_dict(state)
+        except Exception as e:  # noqa: BLE001 - a bad state must not stop the resumed run
+            log.warning("memwatch: could not read its state from the checkpoint (%s: %s); the "
+                        "analysis starts fresh", type(e).__name__, e)
 
     # ------------------------------------------------------------------ hot path
     def _hook_optimizer(self, opt: Any) -> None:

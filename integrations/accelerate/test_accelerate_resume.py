@@ -1,0 +1,113 @@
+"""``accelerator.save_state()``/``load_state()`` carry memwatch's epoch summaries: a leak that
+began before the restart is confirmed at the first epoch end after it."""
+
+from __future__ import annotations
+
+import gc
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from accelerate_helpers import malloc_trim, reset_accelerate, setup
+
+from memwatch import MemWatchWarning
+from memwatch.integrations.accelerate import STATE_FILE, AccelerateHook, attach
+
+STEPS = 48  # optimizer steps per epoch, as in the Lightning resume test
+KIB_PER_STEP = 512
+
+
+def _epoch(acc: Any, model: Any, opt: Any, data: Any, cache: list[torch.Tensor]) -> None:
+    """One pass of a plain loop that keeps a growing cache (a replay buffer, say) which the
+    user saves with every checkpoint: the kind of leak a restart does not cure."""
+    for x, y in data:
+        cache.append(torch.randn(KIB_PER_STEP * 256))  # 512 KiB of float32
+        loss = F.mse_loss(model(x), y)
+        acc.backward(loss)
+        opt.step()
+        opt.zero_grad()
+
+
+def _first_run(tmp_path: Path, checkpoint: str) -> tuple[AccelerateHook, Path]:
+    acc, model, opt, data = setup(n_batches=STEPS, batch_size=16, width=64)
+    hook = attach(acc, opt, workers=False, out_dir=str(tmp_path / "mw1"), checkpoint=checkpoint)
+    cache: list[torch.Tensor] = []
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always", MemWatchWarning)
+        _epoch(acc, model, opt, data, cache)
+    assert hook.memwatch.epoch == 1  # the loader's end closed the epoch
+    ckpt = tmp_path / "ckpt"
+    acc.save_state(str(ckpt))
+    torch.save(cache, ckpt / "cache.pt")  # the user's own state, saved with the checkpoint
+    hook.detach()
+    del acc, model, opt, data, cache
+    # A restart is a new process: run 1's objects are gone and their memory is returned.
+    reset_accelerate()
+    gc.collect()
+    malloc_trim()
+    return hook, ckpt
+
+
+def _resume(tmp_path: Path, ckpt: Path, checkpoint: str) -> tuple[AccelerateHook, list[str]]:
+    acc, model, opt, data = setup(n_batches=STEPS, batch_size=16, width=64)
+    # attach() before load_state(): its load pre-hook (or registration) must be in place.
+    hook = attach(acc, opt, workers=False, out_dir=str(tmp_path / "mw2"), checkpoint=checkpoint)
+    acc.load_state(str(ckpt))
+    cache = torch.load(ckpt / "cache.pt", weights_only=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", MemWatchWarning)
+        _epoch(acc, model, opt, data, cache)
+    assert len(cache) == 2 * STEPS  # the cache came back and kept growing
+    hook.detach()
+    return hook, [str(w.message) for w in caught if issubclass(w.category, MemWatchWarning)]
+
+
+@pytest.mark.parametrize("checkpoint", ["file", "register"])
+def test_resumed_loop_confirms_the_leak_at_its_first_epoch_end(tmp_path: Path,
+                                                                checkpoint: str) -> None:
+    hook1, ckpt = _first_run(tmp_path, checkpoint)
+    before = hook1.memwatch.epochs[0]
+    assert not [f for f in hook1.findings if f.kind == "leak"]  # one epoch cannot confirm it
+    if checkpoint == "file":
+        saved = json.loads((ckpt / STATE_FILE).read_text())  # strict JSON, plain data
+        assert not list(ckpt.glob("custom_checkpoint_*"))
+    else:
+        saved = torch.load(ckpt / "custom_checkpoint_0.pkl", weights_only=True)
+        assert not (ckpt / STATE_FILE).exists()
+    assert saved["train"]["step_count"] == STEPS and len(saved["train"]["epochs"]) == 1
+
+    hook2, texts = _resume(tmp_path, ckpt, checkpoint)
+    mw = hook2.memwatch
+    assert mw.timeline is not None
+    assert [e.epoch for e in mw.epochs] == [0, 1]
+    restored, new = mw.epochs
+    assert restored.n_steps == before.n_steps == STEPS
+    assert restored.bucket_floor is not None and before.bucket_floor is not None
+    assert restored.bucket_floor.tolist() == before.bucket_floor.tolist()
+    # One step axis across the restart.
+    assert new.start_step == restored.end_step + 1 and new.n_steps == STEPS
+    assert mw.step_count == 2 * STEPS
+    # Only one epoch ran in this process: the verdict needs the epoch from before the restart.
+    leaks = [f for f in hook2.findings if f.kind == "leak" and f.metric.startswith("host.")]
+    col = mw.timeline.keys.index("host.rss")
+    floors = [(e.epoch, e.floor[col] / 2**20) for e in mw.epochs]
+    assert leaks, (floors, [f.to_dict() for f in hook2.findings])
+    assert all(f.epoch == 1 and f.step == 2 * STEPS for f in leaks)
+    assert any("leak in host." in t for t in texts), texts
+    # What was found before the restart is kept, once: the replay reported nothing again.
+    old = [f.to_dict() for f in hook2.findings if f.epoch == 0]
+    assert old == json.loads(json.dumps([f.to_dict() for f in hook1.findings]))
+
+
+def test_the_same_resume_without_memwatch_state_cannot_confirm_it_yet(tmp_path: Path) -> None:
+    _, ckpt = _first_run(tmp_path, "file")
+    (ckpt / STATE_FILE).unlink()
+    hook, _ = _resume(tmp_path, ckpt, "file")
+    mw = hook.memwatch
+    assert [e.epoch for e in mw.epochs] == [0] and mw.step_count == STEPS  # a fresh session
+    assert not [f for f in hook.findings if f.kind == "leak"], [f.to_dict() for f in
+                                                                hook.findings]
