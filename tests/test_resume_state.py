@@ -169,3 +169,27 @@ def test_state_dict_before_start_returns_the_pending_state(tmp_path: Path) -> No
     assert mw.state_dict()["epochs"] == []
     mw.load_state_dict(state)
     assert mw.state_dict() == state  # saving again before start loses nothing
+
+
+def test_the_lightning_layout_of_earlier_versions_still_loads(tmp_path: Path) -> None:
+    from memwatch.integrations._adapter import read_adapter_state
+
+    state, before = _saved(tmp_path, epochs=2)
+    train = {k: state[k] for k in ("step_count", "epoch", "epochs")}  # no version, no findings
+    for e in train["epochs"]:  # NaN, as the old writer left it (tolist of float arrays)
+        e["floor"] = [float("nan") if v is None else v for v in e["floor"]]
+    val = {**state["findings"][0], "evidence": {"stage": "val"}}
+    old = {"version": 1, "findings": state["findings"] + [val], "warned": [["train", "leak",
+                                                                            "device.allocated"]],
+           "train": train}
+    restored = read_adapter_state(old)
+    assert restored is not None and restored.train is not None
+    assert restored.warned == {("train", "leak", "device.allocated")}
+    assert len(restored.findings) == len(state["findings"]) + 1
+    dev = FakeDevice(total_bytes=8 * GIB)
+    with _session(tmp_path / "after", dev) as mw:
+        mw.load_state_dict(restored.train)
+        assert [e.epoch for e in mw.epochs] == [0, 1] and mw.step_count == 2 * STEPS
+        assert [f.to_dict() for f in mw.findings] == state["findings"]  # training ones only
+        assert _leaks(_epoch(mw, dev, 2 * STEPS))
+    assert read_adapter_state({"version": 2}) is None
