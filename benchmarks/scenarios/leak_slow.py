@@ -26,12 +26,13 @@ SCENARIO = Scenario(
     description="slow leak: 16 KiB of logged logits every 4 steps kept in a global list",
     planted_bytes_per_step=4096,
     # Slow leaks matter in long epochs: 0.6 MiB per 150-step epoch disappears into the heap's
-    # free holes (and under the census's own churn), so this one runs 500-step epochs, in --quick
-    # too (the loop is cheap): 2 MiB per epoch.
+    # free holes (and under the census's own churn), so this one runs 2000-step epochs, in
+    # --quick too (the loop is cheap): 8 MiB per epoch. (At 500 steps, 2 MiB per epoch, it was
+    # found exactly at the deadline and missed it on a loaded machine.)
     epochs=3,
-    steps_per_epoch=500,
+    steps_per_epoch=2000,
     quick_epochs=3,
-    quick_steps=500,
+    quick_steps=2000,
 )
 
 LOG_EVERY = 4
