@@ -132,11 +132,22 @@ def test_inspect_picks_a_job_and_refuses_bad_choices(job_dir: Path, tmp_path: Pa
     _bad(["inspect", str(d), "--job", "nope"], capsys,
          "no job 'nope' (jobs there: torchelastic-older, torchelastic-a1b2c3)")
     _bad(["inspect", str(b["single"]), "--job", "x"], capsys, "--job is for a directory")
-    # A directory of single-process bundles only: no job to compare, and a pointer to what to do.
+    # An output folder of single-process bundles: no job to compare, its newest bundle is shown.
     only = tmp_path / "single"
     (only / "oom").mkdir(parents=True)
+    older = only / "oom" / b["single"].name.replace("2", "1", 1)
+    shutil.copytree(b["single"], older)
+    _edit(older, lambda m: m.update(trigger="manual"))
     shutil.copytree(b["single"], only / "oom" / b["single"].name)
-    _bad(["inspect", str(only)], capsys, "no distributed job; inspect one bundle")
+    assert main(["inspect", str(only)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"memwatch: 2 bundle(s) under {only}; the newest is shown")
+    assert f"memwatch bundle {only / 'oom' / b['single'].name}" in out
+    assert "The GPU ran out of memory (CUDA OOM)" in out
+    # ... and a folder whose only entry cannot be read says so, exit 2
+    broken = tmp_path / "broken"
+    (broken / "oom" / ".tmp-host-1-abcd").mkdir(parents=True)
+    _bad(["inspect", str(broken)], capsys, "no readable bundle here")
 
 
 def test_bundles_without_job_field_group_by_launcher_env(job_dir: Path, tmp_path: Path,

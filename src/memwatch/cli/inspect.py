@@ -4,11 +4,11 @@ BUNDLE: what ran out, how full memory was, the largest live tensors and what hel
 analyzer's findings, the allocator's segments (from the snapshot, read with a restricted unpickler
 that never runs code) and the last minutes of the timeline.
 
-DIR (an output directory holding the bundles of several ranks of one job, as ``memwatch ls``
-groups them): which rank failed first, when and why, and every rank's memory at that moment (the
+DIR (an output directory): for the bundles of several ranks of one job, as ``memwatch ls``
+groups them, which rank failed first, when and why, and every rank's memory at that moment (the
 last sample each rank's own bundle holds from before it; for a rank without a bundle, its peaks at
 the last epoch end as rank 0 recorded them). With several jobs under DIR the newest is shown;
-``--job ID`` picks another.
+``--job ID`` picks another. A folder of single-process bundles shows its newest bundle.
 """
 
 from __future__ import annotations
@@ -47,10 +47,13 @@ class InspectCommand(Command):
         p = Path(args.bundle)
         if p.is_dir() and not (p / "manifest.json").is_file() \
                 and not p.name.startswith(TMP_PREFIX) and _holds_bundles(p):
-            return self._job(p, args.job)
+            return self._dir(p, args)
         if args.job:
             raise BundleError(f"--job is for a directory of bundles; {p} is one bundle")
-        bundle = open_bundle(args.bundle)
+        return self._one(p, args)
+
+    def _one(self, path: Path, args: argparse.Namespace) -> int:
+        bundle = open_bundle(path)
         summary = summarize(bundle)
         snap = bundle.snapshot()  # validates the pickle too: a bad one exits 2
         seg = segments_summary(snap)
@@ -66,7 +69,8 @@ class InspectCommand(Command):
             raise MemwatchError(str(e)) from None
         return 0
 
-    def _job(self, d: Path, want: str | None) -> int:
+    def _dir(self, d: Path, args: argparse.Namespace) -> int:
+        want: str | None = args.job
         entries = find_bundles(d)
         jobs, rest = group_jobs(entries)
         if want is not None:
@@ -78,10 +82,13 @@ class InspectCommand(Command):
         elif jobs:
             job = jobs[-1]
         else:
-            good = sum(1 for _, b in rest if not isinstance(b, BundleError))
-            raise BundleError(f"{d}: {good} bundle(s) of single-process runs, no distributed job; "
-                              "inspect one bundle: memwatch inspect <bundle> "
-                              "(`memwatch ls` lists them)")
+            good = [path for path, b in rest if not isinstance(b, BundleError)]
+            if not good:
+                raise BundleError(f"{d}: no readable bundle here (`memwatch ls {d}` says why)")
+            # An output folder of single-process runs: the newest bundle is the one wanted.
+            print(f"memwatch: {len(good)} bundle(s) under {d}; the newest is shown "
+                  f"(`memwatch ls {d}` lists them)\n")
+            return self._one(good[-1], args)
         print(render_comparison(compare(job)), end="")
         if want is None and len(jobs) > 1:
             others = ", ".join(j.label for j in jobs[:-1])
