@@ -33,13 +33,16 @@ def test_metrics_and_findings_reach_an_offline_wandb_run(
     hook.detach()
     acc.end_training()
 
-    # The offline writer is a separate process that may still be flushing after finish().
+    # The offline writer is a separate process that may still be flushing after finish(): wait
+    # for the last row the run logs (step 144: a sample and the last epoch's findings). Waiting
+    # only for the first leak row (step 96) read the log before step 144 reached it, once.
     deadline = time.monotonic() + 30
     rows: list[dict[str, object]] = []
     while time.monotonic() < deadline:
         logs = list(run_dir.glob("*.wandb"))
         rows = wandb_history(logs[0]) if logs else []
-        if any("memwatch/findings/leak" in r for r in rows):
+        if any(r.get("_step") == 144 and "memwatch/findings/count" in r
+               and "memwatch/host.rss_gib" in r for r in rows):
             break
         time.sleep(0.3)
     rss = [(r["_step"], r["memwatch/host.rss_gib"]) for r in rows if "memwatch/host.rss_gib" in r]
