@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import ctypes
 import json
-import struct
 import sys
-import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,8 @@ from accelerate import Accelerator
 from accelerate.state import AcceleratorState, GradientState
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+
+from memwatch.sinks.wandb_offline import records
 
 N_IN = 32
 
@@ -96,51 +96,13 @@ def malloc_trim() -> None:
 
 
 # ---------------------------------------------------------------------- W&B transaction log
-_BLOCK = 32768
-_HEADER = 7  # crc32 (4), length (2), type (1)
-_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
-
-
-def wandb_records(path: Path) -> Iterator[bytes]:
-    """The records of a ``.wandb`` file: a 7-byte file header (``:W&B``, magic, version), then
-    LevelDB-style log blocks of 32 KiB whose records are CRC-checked and may span blocks."""
-    raw = path.read_bytes()
-    assert raw[:4] == b":W&B", raw[:8]
-    pos = _HEADER
-    pending = b""
-    while pos + _HEADER <= len(raw):
-        left = _BLOCK - pos % _BLOCK
-        if left < _HEADER:  # trailer padding of a block
-            pos += left
-            continue
-        crc, length, kind = struct.unpack("<IHB", raw[pos:pos + _HEADER])
-        if length == 0 and kind == 0:
-            pos += left  # zero padding to the end of the block
-            continue
-        body = raw[pos + _HEADER:pos + _HEADER + length]
-        if len(body) < length:
-            break  # the writer is still flushing this record
-        expect = zlib.crc32(body, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF
-        assert crc == expect, f"bad CRC at offset {pos}"
-        pos += _HEADER + length
-        if kind == _FULL:
-            yield body
-        elif kind == _FIRST:
-            pending = body
-        elif kind == _MIDDLE:
-            pending += body
-        elif kind == _LAST:
-            yield pending + body
-            pending = b""
-
-
 def wandb_history(path: Path) -> list[dict[str, Any]]:
     """Every history row (``run.log``) of a ``.wandb`` file: key -> decoded value, plus
     ``_step``."""
     from wandb.proto import wandb_internal_pb2 as pb
 
     rows: list[dict[str, Any]] = []
-    for data in wandb_records(path):
+    for data in records(path):  # memwatch's own reader of the log (CRC-checked)
         rec = pb.Record()
         rec.ParseFromString(data)
         if rec.WhichOneof("record_type") != "history":
