@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,8 +68,8 @@ def _resume(tmp_path: Path, ckpt: Path, checkpoint: str) -> tuple[AccelerateHook
 
 
 @pytest.mark.parametrize("checkpoint", ["file", "register"])
-def test_resumed_loop_confirms_the_leak_at_its_first_epoch_end(tmp_path: Path,
-                                                                checkpoint: str) -> None:
+def test_resumed_loop_confirms_the_leak_at_its_first_epoch_end(
+        tmp_path: Path, checkpoint: str, check_resumed: Callable[..., None]) -> None:
     hook1, ckpt = _first_run(tmp_path, checkpoint)
     before = hook1.memwatch.epochs[0]
     assert not [f for f in hook1.findings if f.kind == "leak"]  # one epoch cannot confirm it
@@ -81,26 +82,7 @@ def test_resumed_loop_confirms_the_leak_at_its_first_epoch_end(tmp_path: Path,
     assert saved["train"]["step_count"] == STEPS and len(saved["train"]["epochs"]) == 1
 
     hook2, texts = _resume(tmp_path, ckpt, checkpoint)
-    mw = hook2.memwatch
-    assert mw.timeline is not None
-    assert [e.epoch for e in mw.epochs] == [0, 1]
-    restored, new = mw.epochs
-    assert restored.n_steps == before.n_steps == STEPS
-    assert restored.bucket_floor is not None and before.bucket_floor is not None
-    assert restored.bucket_floor.tolist() == before.bucket_floor.tolist()
-    # One step axis across the restart.
-    assert new.start_step == restored.end_step + 1 and new.n_steps == STEPS
-    assert mw.step_count == 2 * STEPS
-    # Only one epoch ran in this process: the verdict needs the epoch from before the restart.
-    leaks = [f for f in hook2.findings if f.kind == "leak" and f.metric.startswith("host.")]
-    col = mw.timeline.keys.index("host.rss")
-    floors = [(e.epoch, e.floor[col] / 2**20) for e in mw.epochs]
-    assert leaks, (floors, [f.to_dict() for f in hook2.findings])
-    assert all(f.epoch == 1 and f.step == 2 * STEPS for f in leaks)
-    assert any("leak in host." in t for t in texts), texts
-    # What was found before the restart is kept, once: the replay reported nothing again.
-    old = [f.to_dict() for f in hook2.findings if f.epoch == 0]
-    assert old == json.loads(json.dumps([f.to_dict() for f in hook1.findings]))
+    check_resumed(hook2.memwatch, before, STEPS, hook1.findings, hook2.findings, texts)
 
 
 def test_the_same_resume_without_memwatch_state_cannot_confirm_it_yet(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import gc
 import json
 import shutil
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,8 @@ def _resume(tmp_path: Path, ckpt: Path) -> tuple[MemWatchCallback, list[str]]:
     return cb, [str(w.message) for w in caught if issubclass(w.category, MemWatchWarning)]
 
 
-def test_resumed_trainer_confirms_the_leak_at_its_first_epoch_end(tmp_path: Path) -> None:
+def test_resumed_trainer_confirms_the_leak_at_its_first_epoch_end(
+        tmp_path: Path, check_resumed: Callable[..., None]) -> None:
     cb1, ckpt = _first_run(tmp_path)
     assert cb1.memwatch is not None
     before = cb1.memwatch.epochs[0]
@@ -79,26 +81,7 @@ def test_resumed_trainer_confirms_the_leak_at_its_first_epoch_end(tmp_path: Path
     assert saved["train"]["step_count"] == STEPS and len(saved["train"]["epochs"]) == 1
 
     cb2, texts = _resume(tmp_path, ckpt)
-    mw = cb2.memwatch
-    assert mw is not None and mw.timeline is not None
-    assert [e.epoch for e in mw.epochs] == [0, 1]
-    restored, new = mw.epochs
-    assert restored.n_steps == before.n_steps == STEPS
-    assert restored.bucket_floor is not None and before.bucket_floor is not None
-    assert restored.bucket_floor.tolist() == before.bucket_floor.tolist()
-    # One step axis across the restart.
-    assert new.start_step == restored.end_step + 1 and new.n_steps == STEPS
-    assert mw.step_count == 2 * STEPS
-    # Only one epoch ran in this process: the verdict needs the epoch from before the restart.
-    leaks = [f for f in cb2.findings if f.kind == "leak" and f.metric.startswith("host.")]
-    col = mw.timeline.keys.index("host.rss")
-    floors = [(e.epoch, e.floor[col] / 2**20) for e in mw.epochs]
-    assert leaks, (floors, [f.to_dict() for f in cb2.findings])
-    assert all(f.epoch == 1 and f.step == 2 * STEPS for f in leaks)
-    assert any("leak in host." in t for t in texts), texts
-    # What was found before the restart is kept, once: the replay reported nothing again.
-    old = [f.to_dict() for f in cb2.findings if f.epoch == 0]
-    assert old == json.loads(json.dumps([f.to_dict() for f in cb1.findings]))
+    check_resumed(cb2.memwatch, before, STEPS, cb1.findings, cb2.findings, texts)
     rows = [r for r in cb2.trainer.state.log_history if "memwatch/findings/leak" in r]
     assert rows and rows[-1]["step"] == 2 * STEPS
 
