@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import ctypes
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from memwatch.sinks.wandb_offline import records
+from memwatch.testing import malloc_trim  # noqa: F401 - the tests import it from here
 
 N_IN = 32
 
@@ -84,15 +83,6 @@ def reset_accelerate() -> None:
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
 
-
-def malloc_trim() -> None:
-    """Return glibc's free heap memory to the OS (so RSS reflects live memory again)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 # ---------------------------------------------------------------------- W&B transaction log

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import csv
-import ctypes
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,8 @@ import torch.nn.functional as F
 from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+from memwatch.testing import malloc_trim  # noqa: F401 - the tests import it from here
 
 N_IN = 32
 
@@ -138,12 +138,3 @@ def read_metrics(trainer: L.Trainer) -> list[dict[str, str]]:
 def column(rows: list[dict[str, str]], key: str) -> list[float]:
     return [float(r[key]) for r in rows if r.get(key) not in (None, "")]
 
-
-def malloc_trim() -> None:
-    """Return glibc's free heap memory to the OS (so RSS reflects live memory again)."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc (musl): nothing to trim
-        pass

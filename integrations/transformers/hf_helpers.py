@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,8 @@ from transformers import (
     Trainer,
     TrainingArguments,
 )
+
+from memwatch.testing import malloc_trim  # noqa: F401 - the tests import it from here
 
 SEQ = 64
 
@@ -73,14 +73,6 @@ class LeakyTrainer(Trainer):
         loss = outputs.loss
         return (loss, outputs) if return_outputs else loss
 
-
-def malloc_trim() -> None:
-    """Give glibc's free lists back to the OS (no-op elsewhere)."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except OSError:
-            pass
 
 
 class DeviceHungryTrainer(Trainer):

@@ -16,7 +16,7 @@ from typing import Any
 from memwatch.errors import FakeOutOfMemoryError
 from memwatch.probes.base import OOMObserver, WindowPeak
 
-__all__ = ["FakeDevice", "format_size"]
+__all__ = ["FakeDevice", "format_size", "malloc_trim"]
 
 # The real allocator's constants (c10/cuda/CUDACachingAllocator.cpp).
 _MIN_BLOCK = 512  # every request is rounded up to a multiple of this
@@ -345,3 +345,20 @@ def _oom_error(msg: str) -> BaseException:
     if err_type is None:
         return FakeOutOfMemoryError(msg)
     return err_type(msg)  # type: ignore[no-any-return]
+
+
+def malloc_trim() -> None:
+    """Return glibc's free heap memory to the OS, so RSS reflects live memory again.
+
+    Tests that plant a host leak call it (after ``gc.collect()``) to start like a fresh process:
+    memory freed by an earlier test would otherwise sit in glibc's free lists, and the leak would
+    refill them without RSS moving. A no-op off Linux and on a libc without it (musl).
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
