@@ -103,3 +103,21 @@ def median_max_ms(samples_s: Sequence[float]) -> dict[str, float]:
     import statistics
 
     return {"median": statistics.median(samples_s) * 1e3, "max": max(samples_s) * 1e3}
+
+
+# --------------------------------------------------------------------------- interleaved repeats
+def repeat_row(got: dict[str, Any]) -> dict[str, float]:
+    """One variant's figures in one repeat of an interleaved overhead benchmark, from the run's
+    ``{"wall": [per-step seconds], "cpu": [...], "wall_s", "process_cpu_s"}``."""
+    import statistics
+
+    return {"median_s": statistics.median(got["wall"]), "mean_s": statistics.fmean(got["wall"]),
+            "wall_s": got["wall_s"], "cpu_median_s": statistics.median(got["cpu"]),
+            "process_cpu_s": got["process_cpu_s"]}
+
+
+def print_repeat(r: int, repeats: int, per_repeat: dict[str, list[dict[str, float]]],
+                 variants: Sequence[str]) -> None:
+    """The progress line after a repeat: each variant's median step time."""
+    print(f"repeat {r + 1}/{repeats}: " + "  ".join(
+        f"{v} {per_repeat[v][-1]['median_s'] * 1e3:.3f} ms" for v in variants), flush=True)

@@ -154,15 +154,9 @@ def run(repeats: int, steps: int, epochs: int, hidden: int, seq: int, batch: int
             order = VARIANTS if r % 2 == 0 else VARIANTS[::-1]  # no variant always goes first
             for v in order:
                 got = _train(v, steps, epochs, hidden, seq, batch, os.path.join(root, str(r)))
-                iv = got["wall"]
-                pooled[v].extend(iv)
-                per_repeat[v].append({"median_s": statistics.median(iv),
-                                      "mean_s": statistics.fmean(iv), "wall_s": got["wall_s"],
-                                      "cpu_median_s": statistics.median(got["cpu"]),
-                                      "process_cpu_s": got["process_cpu_s"]})
-            print(f"repeat {r + 1}/{repeats}: " + "  ".join(
-                f"{v} {per_repeat[v][-1]['median_s'] * 1e3:.3f} ms" for v in VARIANTS),
-                flush=True)
+                pooled[v].extend(got["wall"])
+                per_repeat[v].append(_common.repeat_row(got))
+            _common.print_repeat(r, repeats, per_repeat, VARIANTS)
 
     def ratios(field: str) -> list[float]:
         return [a[field] / b[field] for a, b in zip(per_repeat["memwatch"],
