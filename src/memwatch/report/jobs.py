@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import math
 from pathlib import Path
 from typing import Any
 
 from memwatch.bundle import Bundle
 from memwatch.errors import BundleError
+from memwatch.report.data import _num  # finite number or None, as the report reads values
 from memwatch.units import fmt_bytes
 
 __all__ = ["FAILURE_TRIGGERS", "WEAK_KEY_GAP_S", "Job", "JobComparison", "RankAtFailure",
@@ -328,12 +328,6 @@ def compare(job: Job) -> JobComparison:
     return JobComparison(job=job, first=first, headline=summary.headline, message=message,
                          ranks=rows, metrics=[k for k in COMPARED if k in seen_metrics],
                          notes=notes)
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-        return float(v)
-    return None
 
 
 def _utc(t: float) -> str:
