@@ -155,7 +155,9 @@ def group_jobs(entries: list[tuple[Path, Bundle | BundleError]]
             continue
         m = b.manifest
         world = _as_int(m.get("world_size"), 1)
-        jid, attempt, source = job_key(m, _env_of(b))
+        has_job = isinstance(m.get("job"), dict) and bool(m["job"].get("id"))
+        # environment.json is read only for bundles written before manifests named the job
+        jid, attempt, source = job_key(m, {} if has_job else _env_of(b))
         if world <= 1 or not jid:
             rest.append((path, b))
             continue
