@@ -31,6 +31,7 @@ BENCHMARKS = Path(__file__).resolve().parent / "benchmarks"
 collect_ignore_glob = [
     "src/memwatch/integrations/*",
     "src/memwatch/sinks/wandb*.py",
+    "src/memwatch/testing/wandb_offline.py",
     "src/memwatch/sinks/prometheus*.py",
 ]
 

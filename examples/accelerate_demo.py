@@ -38,7 +38,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from memwatch import MemWatchWarning
 from memwatch.integrations.accelerate import attach
 from memwatch.testing import FakeDevice
-from memwatch.units import fmt_bytes
+from memwatch.core.units import fmt_bytes
 
 QUICK = os.environ.get("MEMWATCH_EXAMPLE_QUICK") == "1"
 OUT = Path("accelerate-demo")

@@ -37,7 +37,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from memwatch.integrations.lightning import MemWatchCallback, MemWatchWarning
-from memwatch.units import fmt_bytes, fmt_duration
+from memwatch.core.units import fmt_bytes, fmt_duration
 
 
 class LeakyRegressor(L.LightningModule):

@@ -27,7 +27,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import memwatch
-from memwatch.units import fmt_bytes
+from memwatch.core.units import fmt_bytes
 
 # The planted leak's container (module level, as such lists usually are).
 loss_history: list[Any] = []

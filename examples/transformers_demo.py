@@ -38,7 +38,7 @@ from transformers import BertConfig, BertForSequenceClassification, Trainer, Tra
 from memwatch import MemWatchWarning
 from memwatch.integrations.transformers import MemWatchCallback, watch_trainer
 from memwatch.testing import FakeDevice
-from memwatch.units import fmt_bytes
+from memwatch.core.units import fmt_bytes
 
 MIB = 1 << 20
 

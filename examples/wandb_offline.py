@@ -24,7 +24,7 @@ import wandb  # noqa: E402
 import memwatch  # noqa: E402
 from memwatch.sinks import JsonlSink  # noqa: E402
 from memwatch.sinks.wandb import WandbSink  # noqa: E402
-from memwatch.sinks.wandb_offline import read_offline_run  # noqa: E402
+from memwatch.testing.wandb_offline import read_offline_run  # noqa: E402
 
 QUICK = os.environ.get("MEMWATCH_EXAMPLE_QUICK") == "1"
 STEPS = 60 if QUICK else 200

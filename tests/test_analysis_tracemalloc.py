@@ -27,7 +27,7 @@ import pytest
 
 import memwatch
 from memwatch.analysis import allocations
-from memwatch.errors import ConfigError
+from memwatch.core.errors import ConfigError
 
 HERE = Path(__file__).resolve()
 STEPS = 200  # per epoch

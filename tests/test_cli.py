@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 import memwatch
-from memwatch import safepickle
+from memwatch.core import safepickle
 from memwatch.cli import main
-from memwatch.errors import UnsafePickleError
+from memwatch.core.errors import UnsafePickleError
 from memwatch.testing import FakeDevice
 
 MIB = 1 << 20

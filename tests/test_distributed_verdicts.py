@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from memwatch.distributed import cross_rank_findings, rank_log_metrics, rank_metrics
-from memwatch.findings import KINDS
+from memwatch.runtime.exchange import cross_rank_findings, rank_log_metrics, rank_metrics
+from memwatch.core.findings import KINDS
 
 GIB = float(1 << 30)
 

@@ -9,7 +9,7 @@ import pytest
 
 import memwatch
 from memwatch import ConfigError, MemWatch
-from memwatch.errors import MemwatchError
+from memwatch.core.errors import MemwatchError
 from memwatch.testing import FakeDevice
 
 
@@ -36,7 +36,7 @@ def test_import_memwatch_does_not_import_torch(run_python) -> None:  # type: ign
     proc = run_python(
         """
         import sys
-        import memwatch, memwatch.testing, memwatch.timeline, memwatch.sampler
+        import memwatch, memwatch.testing, memwatch.timeline, memwatch.timeline.sampler
         import memwatch.probes.host, memwatch.probes.workers
         assert "torch" not in sys.modules, sorted(m for m in sys.modules if "torch" in m)
         print("ok")

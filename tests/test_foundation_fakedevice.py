@@ -191,7 +191,7 @@ def test_oom_calls_observers_before_raising_torch_oom() -> None:
 def test_oom_without_torch_raises_the_memwatch_error(run_python) -> None:  # type: ignore[no-untyped-def]
     proc = run_python(
         """
-        from memwatch.errors import FakeOutOfMemoryError, MemwatchError
+        from memwatch.core.errors import FakeOutOfMemoryError, MemwatchError
         from memwatch.testing import FakeDevice
         dev = FakeDevice(total_bytes=8 * 2**20)
         calls = []

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 import memwatch
-from memwatch import safepickle
+from memwatch.core import safepickle
 from memwatch.bundle import TMP_PREFIX, find_bundles, host_name, open_bundle
-from memwatch.errors import ConfigError
-from memwatch.oom import classify, parse_oom_message
+from memwatch.core.errors import ConfigError
+from memwatch.core.oom import classify, parse_oom_message
 from memwatch.testing import FakeDevice
 
 MIB = 1 << 20

@@ -16,7 +16,7 @@ import pytest
 import memwatch
 from memwatch.bundle import TMP_PREFIX, Bundle, find_bundles, open_bundle
 from memwatch.cli import main as cli_main
-from memwatch.errors import BundleError
+from memwatch.core.errors import BundleError
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="RLIMIT_AS, /proc and POSIX signals: Linux")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memwatch.redact import (
+from memwatch.core.redact import (
     REDACTED,
     is_secret_name,
     redact_argv,

@@ -28,7 +28,7 @@ from memwatch.report.exports import from_export
 from memwatch.report.html import render, render_bundle_html, render_export, render_run
 from memwatch.report.trends import fit_trend
 from memwatch.sinks import JsonlSink
-from memwatch.sinks.export import to_csv, to_json
+from memwatch.bundle.export import to_csv, to_json
 
 MIB = rb.MIB
 

@@ -13,7 +13,7 @@ import pytest
 
 import memwatch
 from memwatch import MemWatch
-from memwatch.resume import summary_from_state, summary_to_state
+from memwatch.runtime.resume import summary_from_state, summary_to_state
 from memwatch.testing import FakeDevice
 
 GIB = 1 << 30

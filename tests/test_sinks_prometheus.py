@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from memwatch.errors import ConfigError
+from memwatch.core.errors import ConfigError
 from sinks_helpers import GIB, leak_run
 
 prometheus_client = pytest.importorskip("prometheus_client")

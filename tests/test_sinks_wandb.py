@@ -1,7 +1,7 @@
 """WandbSink against real offline W&B runs, read back from the run directory.
 
 Each test makes a real ``wandb.init`` in offline mode under ``tmp_path`` and decodes the run's
-``.wandb`` transaction log and media files with :mod:`memwatch.sinks.wandb_offline`.
+``.wandb`` transaction log and media files with :mod:`memwatch.testing.wandb_offline`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 import memwatch
 from memwatch.sinks.wandb import WandbSink, find_run
-from memwatch.sinks.wandb_offline import OfflineRun, read_offline_run
+from memwatch.testing.wandb_offline import OfflineRun, read_offline_run
 from sinks_helpers import GIB, leak_run
 
 wandb = pytest.importorskip("wandb")
@@ -227,7 +227,7 @@ def test_find_run_through_framework_objects(tmp_path: Path) -> None:
     wandb.finish()
 
 
-@pytest.mark.parametrize("module", ["memwatch.sinks.wandb", "memwatch.sinks.wandb_offline"])
+@pytest.mark.parametrize("module", ["memwatch.sinks.wandb", "memwatch.testing.wandb_offline"])
 def test_docstring_examples(module: str, tmp_path: Path) -> None:
     # The root conftest skips these modules' doctests (they need wandb); they run here.
     import importlib

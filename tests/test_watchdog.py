@@ -11,10 +11,10 @@ import pytest
 
 import memwatch
 from memwatch.bundle import open_bundle
-from memwatch.errors import ConfigError
-from memwatch.findings import Finding
+from memwatch.core.errors import ConfigError
+from memwatch.core.findings import Finding
 from memwatch.testing import FakeDevice
-from memwatch.watchdog import Alert, WatchdogConfig
+from memwatch.runtime.watchdog import Alert, WatchdogConfig
 
 MIB = 1 << 20
 

@@ -2,7 +2,7 @@
 
 The tests reuse the tiny models of the framework suites (``integrations/lightning``,
 ``integrations/transformers``, ``integrations/accelerate``), and read every run back from its
-directory with :mod:`memwatch.sinks.wandb_offline`. Nothing is downloaded and nothing goes online.
+directory with :mod:`memwatch.testing.wandb_offline`. Nothing is downloaded and nothing goes online.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from accelerate_helpers import setup, train
 from memwatch import MemWatchWarning
 from memwatch.integrations.accelerate import attach
 from memwatch.sinks.wandb import WandbSink
-from memwatch.sinks.wandb_offline import read_offline_run
+from memwatch.testing.wandb_offline import read_offline_run
 
 wandb = pytest.importorskip("wandb")
 

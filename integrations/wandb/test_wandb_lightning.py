@@ -14,7 +14,7 @@ from lightning_helpers import Regressor, loader, make_trainer
 from memwatch import MemWatchWarning
 from memwatch.integrations.lightning import MemWatchCallback
 from memwatch.sinks.wandb import WandbSink
-from memwatch.sinks.wandb_offline import read_offline_run
+from memwatch.testing.wandb_offline import read_offline_run
 from memwatch.testing import FakeDevice
 
 wandb = pytest.importorskip("wandb")

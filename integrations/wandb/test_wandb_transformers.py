@@ -12,7 +12,7 @@ from hf_helpers import LeakyTrainer, Tokens, make_args, tiny_bert
 from memwatch import MemWatchWarning
 from memwatch.integrations.transformers import MemWatchCallback
 from memwatch.sinks.wandb import WandbSink
-from memwatch.sinks.wandb_offline import read_offline_run
+from memwatch.testing.wandb_offline import read_offline_run
 
 wandb = pytest.importorskip("wandb")
 

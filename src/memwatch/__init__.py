@@ -10,8 +10,8 @@ Example::
 """
 
 from memwatch._version import __version__
-from memwatch.errors import BundleError, ConfigError, MemwatchError, MemWatchWarning
-from memwatch.findings import Finding
+from memwatch.core.errors import BundleError, ConfigError, MemwatchError, MemWatchWarning
+from memwatch.core.findings import Finding
 from memwatch.session import MemWatch, watch
 
 __all__ = [

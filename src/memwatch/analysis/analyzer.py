@@ -33,7 +33,7 @@ import numpy as np
 from memwatch.analysis import explain
 from memwatch.analysis.shapes import EpochStats, ShapeConfig, epoch_stats
 from memwatch.analysis.trend import diff_noise, trend_test
-from memwatch.findings import Finding, Severity
+from memwatch.core.findings import Finding, Severity
 from memwatch.timeline import EpochSummary
 
 log = logging.getLogger("memwatch")

@@ -7,9 +7,9 @@ import re
 from typing import Any
 
 from memwatch.analysis.shapes import EpochStats
-from memwatch.findings import Finding, Severity
+from memwatch.core.findings import Finding, Severity
 from memwatch.timeline import EpochSummary
-from memwatch.units import fmt_bytes, fmt_duration
+from memwatch.core.units import fmt_bytes, fmt_duration
 
 
 def _where(metric: str) -> str:

@@ -22,7 +22,7 @@ from memwatch.cli._base import Command
 from memwatch.cli.inspect import InspectCommand
 from memwatch.cli.ls import LsCommand
 from memwatch.cli.report import ReportCommand
-from memwatch.errors import MemwatchError
+from memwatch.core.errors import MemwatchError
 
 __all__ = ["COMMANDS", "main"]
 

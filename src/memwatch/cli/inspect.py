@@ -18,12 +18,12 @@ from pathlib import Path
 
 from memwatch.bundle import TMP_PREFIX, find_bundles, open_bundle
 from memwatch.cli._base import Command
-from memwatch.errors import BundleError, MemwatchError
-from memwatch.evidence import segments_summary
+from memwatch.core.errors import BundleError, MemwatchError
+from memwatch.runtime.capture import segments_summary
 from memwatch.report.jobs import compare, group_jobs, render_comparison
 from memwatch.report.summary import summarize
 from memwatch.report.terminal import print_summary
-from memwatch.units import fmt_bytes
+from memwatch.core.units import fmt_bytes
 
 
 class InspectCommand(Command):

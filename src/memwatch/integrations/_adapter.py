@@ -12,8 +12,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from memwatch.errors import ConfigError, MemWatchWarning
-from memwatch.findings import Finding
+from memwatch.core.errors import ConfigError, MemWatchWarning
+from memwatch.core.findings import Finding
 from memwatch.session import MemWatch
 
 log = logging.getLogger("memwatch")
@@ -123,7 +123,7 @@ def adapter_state(mw: MemWatch | None, findings: list[Finding],
                   warner: FindingWarner) -> dict[str, Any]:
     """An adapter's checkpoint state: its findings (training and evaluation), the warnings
     already given, and the training session's :meth:`MemWatch.state_dict` (plain data)."""
-    from memwatch.resume import plain
+    from memwatch.runtime.resume import plain
 
     state: dict[str, Any] = {"version": ADAPTER_STATE_VERSION, "findings": [], "warned": []}
     try:
@@ -164,7 +164,7 @@ def read_adapter_state(state: Any) -> RestoredState | None:
             if "version" not in train:
                 # Written by the Lightning callback of memwatch before MemWatch.state_dict():
                 # the same layout, with the training findings kept at the top level only.
-                from memwatch.resume import STATE_VERSION
+                from memwatch.runtime.resume import STATE_VERSION
 
                 train["version"] = STATE_VERSION
                 train.setdefault("findings", [

@@ -17,7 +17,7 @@ plugs into the two things every Accelerate loop has:
 Metrics go through ``accelerator.log`` (every tracker configured with ``log_with=...`` gets them),
 from the main process only; every process samples and judges its own memory.
 
-Metric keys (see :mod:`memwatch.integrations._logkeys` for the full rules):
+Metric keys (see :mod:`memwatch.core.metrics` for the full rules):
 
 ==================================================  ==============================================
 key                                                 meaning
@@ -56,8 +56,8 @@ except ImportError as _e:  # pragma: no cover - depends on what is installed
         "pip install 'memwatch[accelerate]'"
     ) from _e
 
-from memwatch.errors import ConfigError, MemWatchWarning
-from memwatch.findings import Finding
+from memwatch.core.errors import ConfigError, MemWatchWarning
+from memwatch.core.findings import Finding
 from memwatch.integrations._adapter import (
     FindingWarner,
     adapter_state,
@@ -67,7 +67,7 @@ from memwatch.integrations._adapter import (
     read_adapter_state,
     session_options,
 )
-from memwatch.integrations._logkeys import (
+from memwatch.core.metrics import (
     FINDING_COLUMNS,
     PREFIX,
     finding_row,
@@ -506,7 +506,7 @@ class AccelerateHook:
                 self._log(findings_metrics(new), mw.step_count)
                 if mw.rank_summaries:
                     # After the epoch-end exchange, the main process has every rank's figures.
-                    from memwatch.distributed import rank_log_metrics
+                    from memwatch.runtime.exchange import rank_log_metrics
 
                     self._log(rank_log_metrics(mw.rank_summaries, PREFIX), mw.step_count)
                 if new:

@@ -7,7 +7,7 @@ judgement (is it a leak? what holds it?) lives in the core.
 Works with the ``lightning`` package (``lightning.pytorch``) and, when only that is installed, with
 the older ``pytorch_lightning`` package: the callback uses no namespace-specific API.
 
-Metric keys it logs (see :mod:`memwatch.integrations._logkeys` for the full rules):
+Metric keys it logs (see :mod:`memwatch.core.metrics` for the full rules):
 
 ==================================================  ==============================================
 key                                                 meaning
@@ -47,8 +47,8 @@ except ImportError:  # pragma: no cover - depends on what is installed
             "pip install 'memwatch[lightning]'"
         ) from _e
 
-from memwatch.errors import MemWatchWarning
-from memwatch.findings import Finding
+from memwatch.core.errors import MemWatchWarning
+from memwatch.core.findings import Finding
 from memwatch.integrations._adapter import (
     GRACEFUL_STOP_WATCHDOG,
     FindingWarner,
@@ -59,7 +59,7 @@ from memwatch.integrations._adapter import (
     read_adapter_state,
     session_options,
 )
-from memwatch.integrations._logkeys import (
+from memwatch.core.metrics import (
     FINDING_COLUMNS,
     PREFIX,
     finding_row,
@@ -412,7 +412,7 @@ class MemWatchCallback(Callback):
                           train=stage == "train")
         if stage == "train" and mw.rank_summaries:
             # Rank 0 after the epoch-end exchange: every rank's floors and peaks.
-            from memwatch.distributed import rank_log_metrics
+            from memwatch.runtime.exchange import rank_log_metrics
 
             self._log_metrics(trainer, rank_log_metrics(mw.rank_summaries, PREFIX), step)
         if new:

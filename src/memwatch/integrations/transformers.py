@@ -30,7 +30,7 @@ Four limits of the ``TrainerCallback`` API, and what this module does about them
   (:class:`memwatch.probes.base.WindowPeak`), so a reset shows as a lower high-water mark, not as a
   wrong peak; both can run together.
 
-Metric keys (see :mod:`memwatch.integrations._logkeys`). W&B's transformers integration prefixes
+Metric keys (see :mod:`memwatch.core.metrics`). W&B's transformers integration prefixes
 every non-eval key with ``train/`` (``train/memwatch/host.rss_gib``); other integrations and
 ``log_history`` keep them as below.
 
@@ -77,8 +77,8 @@ except ImportError as _e:  # pragma: no cover - depends on what is installed
         "pip install 'memwatch[transformers]'"
     ) from _e
 
-from memwatch.errors import ConfigError, MemWatchWarning
-from memwatch.findings import Finding
+from memwatch.core.errors import ConfigError, MemWatchWarning
+from memwatch.core.findings import Finding
 from memwatch.integrations._adapter import (
     GRACEFUL_STOP_WATCHDOG,
     FindingWarner,
@@ -89,7 +89,7 @@ from memwatch.integrations._adapter import (
     read_adapter_state,
     session_options,
 )
-from memwatch.integrations._logkeys import PREFIX, findings_metrics, is_count, to_log_metrics
+from memwatch.core.metrics import PREFIX, findings_metrics, is_count, to_log_metrics
 from memwatch.session import MemWatch
 
 __all__ = ["MemWatchCallback", "MemWatchWarning", "watch_trainer"]
@@ -566,7 +566,7 @@ class MemWatchCallback(TrainerCallback):
             if stage == "train" and mw.rank_summaries:
                 # Rank 0 after the epoch-end exchange: every rank's floors and peaks, in the same
                 # row as the findings (Trainer.log runs on every process; only rank 0 has them).
-                from memwatch.distributed import rank_log_metrics
+                from memwatch.runtime.exchange import rank_log_metrics
 
                 out.update(rank_log_metrics(mw.rank_summaries, PREFIX))
         except Exception as e:  # noqa: BLE001

@@ -13,7 +13,7 @@ from memwatch.report import charts
 from memwatch.report.allocator import history_view, segments_view
 from memwatch.report.data import CHART_METRICS, ReportData
 from memwatch.report.summary import latest_findings, tensor_label
-from memwatch.units import fmt_bytes
+from memwatch.core.units import fmt_bytes
 
 __all__ = ["SECTIONS", "Page", "esc"]
 

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memwatch.errors import MemwatchError
+from memwatch.core.errors import MemwatchError
 
 if TYPE_CHECKING:
     from memwatch.bundle import Bundle
@@ -201,7 +201,7 @@ def _fullness_from(latest: dict[str, float], limits: dict[str, float]) -> list[d
 
 # --------------------------------------------------------------------------- bundle
 def from_bundle(bundle: Bundle, display_path: str | None = None) -> ReportData:
-    """The report of an OOM bundle (raises :class:`memwatch.errors.BundleError` only for a
+    """The report of an OOM bundle (raises :class:`memwatch.core.errors.BundleError` only for a
     corrupted manifest-level problem; a corrupted optional part becomes a note)."""
     from memwatch.report.summary import summarize
 

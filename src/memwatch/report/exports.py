@@ -1,6 +1,6 @@
 r"""Reports of exported samples: a JsonlSink event log, or a CSV / JSON export.
 
-:func:`from_export` reads what :class:`memwatch.sinks.JsonlSink` and :mod:`memwatch.sinks.export`
+:func:`from_export` reads what :class:`memwatch.sinks.JsonlSink` and :mod:`memwatch.bundle.export`
 write (and CSV/JSONL rows with a ``step`` and metric columns) into a
 :class:`memwatch.report.data.ReportData`, for ``memwatch report FILE`` and
 :func:`memwatch.report.html.render_export`.
@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from memwatch.errors import MemwatchError
+from memwatch.core.errors import MemwatchError
 from memwatch.report.data import ReportData, _downsample, _num
 
 __all__ = ["from_export"]
@@ -72,7 +72,7 @@ def _read_export(p: Path, notes: list[str]) -> list[dict[str, Any]]:
             except ValueError as e:
                 raise MemwatchError(f"{p}: not a JSON document ({e})") from None
         if isinstance(doc, dict) and isinstance(doc.get("samples"), dict):
-            # Columnar (memwatch.sinks.export.to_json): {"samples": {"step": [...], key: [...]}}
+            # Columnar (memwatch.bundle.export.to_json): {"samples": {"step": [...], key: [...]}}
             cols = doc["samples"]
             steps = cols.get("step") or []
             for i, st in enumerate(steps):
@@ -103,11 +103,11 @@ def _read_export(p: Path, notes: list[str]) -> list[dict[str, Any]]:
 def from_export(path: str | os.PathLike[str]) -> ReportData:
     """The report of an export of samples: the JSONL event log of
     :class:`memwatch.sinks.JsonlSink` (with its rotated files), or the CSV / JSON written by
-    :mod:`memwatch.sinks.export`.
+    :mod:`memwatch.bundle.export`.
 
     Also accepted: JSONL or CSV rows with a ``step`` and metric columns named as in
     ``mw.latest()`` (``host.rss``, bytes) or as logger keys (``memwatch/host.rss_gib``,
-    converted back to bytes). Raises :class:`memwatch.errors.MemwatchError` when the file
+    converted back to bytes). Raises :class:`memwatch.core.errors.MemwatchError` when the file
     cannot be read at all; rows it does not understand are skipped.
     """
     p = Path(path)

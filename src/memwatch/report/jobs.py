@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from memwatch.bundle import Bundle
-from memwatch.errors import BundleError
+from memwatch.core.errors import BundleError
 from memwatch.report.data import _num  # finite number or None, as the report reads values
-from memwatch.units import fmt_bytes
+from memwatch.core.units import fmt_bytes
 
 __all__ = ["FAILURE_TRIGGERS", "WEAK_KEY_GAP_S", "Job", "JobComparison", "RankAtFailure",
            "RankBundle", "compare", "group_jobs", "job_key", "render_comparison"]
@@ -114,7 +114,7 @@ def job_key(manifest: dict[str, Any], env: dict[str, str]) -> tuple[str, int | N
     if isinstance(job, dict) and job.get("id"):
         att = job.get("attempt")
         return str(job["id"]), att if isinstance(att, int) else None, job.get("source")
-    from memwatch.distributed import job_identity
+    from memwatch.runtime.exchange import job_identity
 
     ident = job_identity(env)
     if ident["id"] is not None and "WORLD_SIZE" not in env:

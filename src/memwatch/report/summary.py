@@ -24,7 +24,7 @@ import math
 from typing import Any
 
 from memwatch.bundle import Bundle
-from memwatch.units import fmt_bytes
+from memwatch.core.units import fmt_bytes
 
 __all__ = ["Summary", "summarize"]
 
@@ -107,7 +107,7 @@ def _fullness(memory: dict[str, Any], exc: dict[str, Any] | None) -> list[dict[s
 
 
 def summarize(bundle: Bundle) -> Summary:
-    """Digest a bundle (raises :class:`memwatch.errors.BundleError` on corrupted files)."""
+    """Digest a bundle (raises :class:`memwatch.core.errors.BundleError` on corrupted files)."""
     m = bundle.manifest
     exc = bundle.read_json("exception.json")
     memory = bundle.read_json("memory.json", {}) or {}

@@ -29,10 +29,10 @@ import textwrap
 from typing import IO, TYPE_CHECKING, Any
 
 from memwatch.report.summary import SHOWN_METRICS, Summary, latest_findings, tensor_label
-from memwatch.units import fmt_bytes
+from memwatch.core.units import fmt_bytes
 
 if TYPE_CHECKING:
-    from memwatch.findings import Finding
+    from memwatch.core.findings import Finding
     from memwatch.session import MemWatch
 
 __all__ = ["epoch_summary_text", "print_epoch_summary", "print_summary", "render_rich",

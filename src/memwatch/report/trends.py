@@ -41,7 +41,7 @@ class TrendLine:
     limit_step: float | None = None  # where the line reaches the limit, when it does
 
     def describe(self) -> str:
-        from memwatch.units import fmt_bytes
+        from memwatch.core.units import fmt_bytes
 
         if not self.significant:
             return "no significant growth of the memory held"

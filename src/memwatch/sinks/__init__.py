@@ -10,7 +10,7 @@ sink                                    what it writes
 :class:`memwatch.sinks.prometheus.PrometheusSink`  gauges and counters on an HTTP exporter
 ======================================  ========================================================
 
-:mod:`memwatch.sinks.export` writes a timeline to CSV or JSON. Importing this package imports
+:mod:`memwatch.bundle.export` writes a timeline to CSV or JSON. Importing this package imports
 neither wandb nor prometheus_client: those sinks live in their own modules (also reachable here
 by attribute, imported on first use).
 

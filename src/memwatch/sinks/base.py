@@ -35,8 +35,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from memwatch.errors import ConfigError
-from memwatch.findings import Finding
+from memwatch.core.errors import ConfigError
+from memwatch.core.findings import Finding
 
 log = logging.getLogger("memwatch")
 

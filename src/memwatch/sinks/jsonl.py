@@ -44,9 +44,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memwatch.errors import ConfigError
-from memwatch.findings import Finding
-from memwatch.sinks._json import jsonable
+from memwatch.core.errors import ConfigError
+from memwatch.core.findings import Finding
+from memwatch.core.jsonable import jsonable
 
 __all__ = ["JsonlSink", "read_events"]
 
@@ -159,7 +159,7 @@ def _origin() -> dict[str, Any]:
     """Where this file's records come from: host, local rank, world size and job id (launcher
     variables; the sample records carry the rank)."""
     from memwatch.bundle import host_name
-    from memwatch.distributed import job_identity
+    from memwatch.runtime.exchange import job_identity
 
     def _int(name: str, default: int) -> int:
         v = os.environ.get(name, "")

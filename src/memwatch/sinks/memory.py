@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memwatch.findings import Finding
+from memwatch.core.findings import Finding
 
 __all__ = ["MemorySink"]
 

@@ -52,9 +52,9 @@ except ImportError as _e:  # pragma: no cover - depends on what is installed
         "pip install 'memwatch[prometheus]'"
     ) from _e
 
-from memwatch.errors import ConfigError
-from memwatch.findings import Finding
-from memwatch.integrations._logkeys import is_count
+from memwatch.core.errors import ConfigError
+from memwatch.core.findings import Finding
+from memwatch.core.metrics import is_count
 
 __all__ = ["PrometheusSink"]
 

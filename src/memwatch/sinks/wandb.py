@@ -44,9 +44,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from memwatch.errors import ConfigError
-from memwatch.findings import Finding
-from memwatch.integrations._logkeys import (
+from memwatch.core.errors import ConfigError
+from memwatch.core.findings import Finding
+from memwatch.core.metrics import (
     FINDING_COLUMNS,
     PREFIX,
     finding_row,
@@ -54,7 +54,7 @@ from memwatch.integrations._logkeys import (
     is_count,
     to_log_metrics,
 )
-from memwatch.units import GIB, fmt_bytes
+from memwatch.core.units import GIB, fmt_bytes
 
 __all__ = ["WandbSink", "find_run"]
 

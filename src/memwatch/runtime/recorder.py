@@ -52,8 +52,8 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from memwatch.bundle import BundleWriter, clean_stale, enforce_retention, host_name
-from memwatch.errors import ConfigError
-from memwatch.evidence import (
+from memwatch.core.errors import ConfigError
+from memwatch.runtime.capture import (
     Capture,
     address_space,
     capture,
@@ -66,8 +66,8 @@ from memwatch.evidence import (
     segments_summary,
     timeline_records,
 )
-from memwatch.oom import KINDS, OOM_KINDS, Classification, classify
-from memwatch.redact import redact_obj, redact_text
+from memwatch.core.oom import KINDS, OOM_KINDS, Classification, classify
+from memwatch.core.redact import redact_obj, redact_text
 
 if TYPE_CHECKING:
     from memwatch.session import MemWatch
@@ -109,7 +109,7 @@ class RecorderConfig:
 
     Example::
 
-        >>> from memwatch.recorder import RecorderConfig, parse_bundle_on
+        >>> from memwatch.runtime.recorder import RecorderConfig, parse_bundle_on
         >>> cfg = RecorderConfig(bundle_on=parse_bundle_on(("host_oom", "other")), max_bundles=5)
         >>> sorted(cfg.bundle_on), cfg.max_total_bytes // 2**30
         (['host_oom', 'other'], 1)
@@ -249,7 +249,7 @@ class FlightRecorder:
         import pickle  # noqa: F401
 
         import memwatch.report.html  # noqa: F401
-        import memwatch.safepickle  # noqa: F401
+        import memwatch.core.safepickle  # noqa: F401
 
         try:
             import memwatch.analysis.census  # noqa: F401

@@ -16,7 +16,7 @@ negative leaks a credential.
 
 Example::
 
-    >>> from memwatch.redact import redact_text, redact_env
+    >>> from memwatch.core.redact import redact_text, redact_env
     >>> redact_text("push failed: token hf_abcdefghijklmnopqrstuvwxyz0123 rejected")
     'push failed: token <redacted> rejected'
     >>> redact_env({"HF_TOKEN": "x", "CUDA_VISIBLE_DEVICES": "0"})

@@ -1,6 +1,6 @@
 """``MemWatch``: the one object that integrations and users drive.
 
-Lifecycle: construct (validates configuration, raises :class:`memwatch.errors.ConfigError`) →
+Lifecycle: construct (validates configuration, raises :class:`memwatch.core.errors.ConfigError`) →
 ``start()`` (opens probes, starts the background sampler) → ``step()`` once per optimizer step →
 ``end_epoch()`` at every epoch end (verdicts) → ``close()`` (idempotent).
 
@@ -22,14 +22,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from memwatch.errors import ConfigError
-from memwatch.findings import Finding
+from memwatch.core.errors import ConfigError
+from memwatch.core.findings import Finding
 from memwatch.probes.base import DeviceProbe, Probe
-from memwatch.recorder import FlightRecorder, RecorderConfig, parse_bundle_on
-from memwatch.sampler import BackgroundSampler, SlowReader
+from memwatch.runtime.recorder import FlightRecorder, RecorderConfig, parse_bundle_on
+from memwatch.timeline.sampler import BackgroundSampler, SlowReader
 from memwatch.sinks.base import SinkSet, validate_sinks  # protocol only: no upward imports
 from memwatch.timeline import EpochSummary, Timeline
-from memwatch.watchdog import Watchdog, parse_watchdog
+from memwatch.runtime.watchdog import Watchdog, parse_watchdog
 
 log = logging.getLogger("memwatch")
 
@@ -129,7 +129,7 @@ class MemWatch:
             stops them with a signal). ``memwatch report BUNDLE`` draws the charts later.
         signals: SIGTERM/SIGUSR1 write a bundle, then go to the previous handler.
         watchdog: ``True`` (defaults), ``False``, a dict or a
-            :class:`memwatch.watchdog.WatchdogConfig` (thresholds and actions).
+            :class:`memwatch.runtime.watchdog.WatchdogConfig` (thresholds and actions).
         sinks: objects following :class:`memwatch.sinks.Sink` (W&B, Prometheus, JSONL...): they
             get the latest sample every ``log_every_n_steps`` steps, the findings at every epoch
             end and every bundle written; one that fails is disabled after one warning.
@@ -217,7 +217,7 @@ class MemWatch:
         self._exchange: Any = None
         #: On rank 0 after each epoch end: one summary per rank (None for a rank that did not
         #: answer); empty after an epoch end without an exchange (none yet, or it broke), so
-        #: loggers never log the same figures twice. See memwatch.distributed.
+        #: loggers never log the same figures twice. See memwatch.runtime.exchange.
         self.rank_summaries: list[Any] = []
         #: On rank 0: each rank's latest summary ever received (None: never), for ranks.json.
         self.rank_last_seen: list[Any] = []
@@ -316,7 +316,7 @@ class MemWatch:
     def _start_exchange(self) -> None:
         """Per-rank summaries at epoch ends (never per step) when running distributed."""
         self.rank = rank_info()  # torch.distributed may have been initialised after __init__
-        from memwatch.distributed import RankExchange, dist_ready, job_identity
+        from memwatch.runtime.exchange import RankExchange, dist_ready, job_identity
 
         try:
             self.job = job_identity()
@@ -649,7 +649,7 @@ class MemWatch:
         if ex is None or "rank exchange" in self.disabled:
             return new
         try:
-            from memwatch.distributed import cross_rank_findings, rank_payload
+            from memwatch.runtime.exchange import cross_rank_findings, rank_payload
 
             self.rank_summaries = []
             got = ex.exchange(rank_payload(self, new, summary))
@@ -667,7 +667,7 @@ class MemWatch:
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps of this session, so a resumed run's verdicts span the restart.
 
-        Plain data only (see :mod:`memwatch.resume`): JSON-serialisable with ``allow_nan=False``
+        Plain data only (see :mod:`memwatch.runtime.resume`): JSON-serialisable with ``allow_nan=False``
         and loadable with ``torch.load(weights_only=True)``. Holds the timeline's epoch summaries
         (with their metric names), ``step_count``, ``epoch`` and :attr:`findings`. Never raises.
 
@@ -686,7 +686,7 @@ class MemWatch:
             >>> resumed.step_count, [e.epoch for e in resumed.epochs]
             (5, [0])
         """
-        from memwatch.resume import STATE_VERSION, plain, summary_to_state
+        from memwatch.runtime.resume import STATE_VERSION, plain, summary_to_state
 
         empty = {"version": STATE_VERSION, "step_count": int(self.step_count),
                  "epoch": int(self.epoch), "epochs": [], "findings": []}
@@ -724,7 +724,7 @@ class MemWatch:
         self._apply_state(state)
 
     def _apply_state(self, state: Any) -> None:
-        from memwatch.resume import STATE_VERSION, epochs_from_state
+        from memwatch.runtime.resume import STATE_VERSION, epochs_from_state
 
         tl = self.timeline
         if tl is None:

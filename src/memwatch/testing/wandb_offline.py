@@ -15,7 +15,7 @@ protobuf classes).
 Example::
 
     >>> import os, wandb
-    >>> from memwatch.sinks.wandb_offline import read_offline_run
+    >>> from memwatch.testing.wandb_offline import read_offline_run
     >>> os.environ["WANDB_MODE"] = "offline"
     >>> run = wandb.init(project="memwatch-demo", dir=str(tmp))
     >>> run.log({"memwatch/host.rss_gib": 1.5})

@@ -34,7 +34,7 @@ loggers treat NaN inconsistently and a gap in a chart is the honest picture.
 
 Example::
 
-    >>> from memwatch.integrations._logkeys import log_key, to_log_metrics
+    >>> from memwatch.core.metrics import log_key, to_log_metrics
     >>> log_key("host.rss")
     'memwatch/host.rss_gib'
     >>> log_key("workers.count", stage="val")
@@ -49,7 +49,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from memwatch.units import GIB, MIB
+from memwatch.core.units import GIB, MIB
 
 PREFIX = "memwatch"
 

@@ -8,7 +8,7 @@ and ``other``. The cause/context chain is searched too: frameworks often wrap an
 
 Example::
 
-    >>> from memwatch.oom import classify
+    >>> from memwatch.core.oom import classify
     >>> c = classify(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
     ...                           "total capacity of 15.78 GiB of which 1.50 GiB is free."))
     >>> c.kind, c.numbers["tried_to_allocate"], c.numbers["free"]

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from memwatch._version import __version__
 from memwatch.bundle import host_name
-from memwatch.oom import Classification
-from memwatch.redact import redact_argv, redact_env, redact_obj, redact_text
+from memwatch.core.oom import Classification
+from memwatch.core.redact import redact_argv, redact_env, redact_obj, redact_text
 
 if TYPE_CHECKING:
     from memwatch.session import MemWatch

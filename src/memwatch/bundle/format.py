@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from memwatch._version import __version__
-from memwatch.errors import BundleError
+from memwatch.core.errors import BundleError
 
 __all__ = [
     "OPTIONAL_FILES",
@@ -186,7 +186,7 @@ class BundleWriter:
             self._failed(fname, e)
 
     def write_pickle(self, fname: str, obj: Any) -> None:
-        from memwatch import safepickle
+        from memwatch.core import safepickle
 
         self._between_files()
         try:
@@ -299,7 +299,7 @@ class Bundle:
 
     def snapshot(self) -> Any:
         """The allocator snapshot, through the restricted unpickler (never runs code)."""
-        from memwatch import safepickle
+        from memwatch.core import safepickle
 
         p = self.path / "snapshot.pickle"
         if not p.is_file():
@@ -308,7 +308,7 @@ class Bundle:
 
 
 def open_bundle(path: str | os.PathLike[str]) -> Bundle:
-    """Open and validate a bundle; raises :class:`memwatch.errors.BundleError` (one line)."""
+    """Open and validate a bundle; raises :class:`memwatch.core.errors.BundleError` (one line)."""
     p = Path(path)
     if not p.exists():
         raise BundleError(f"{p}: no such bundle directory")

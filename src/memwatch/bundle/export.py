@@ -13,7 +13,7 @@ itself, and write atomically (a temporary name, then ``os.replace``).
 Example::
 
     >>> import csv, json, os, memwatch
-    >>> from memwatch.sinks.export import to_csv, to_json
+    >>> from memwatch.bundle.export import to_csv, to_json
     >>> with memwatch.watch(device="cpu", workers=False, out_dir=str(tmp)) as mw:
     ...     for _ in range(4):
     ...         mw.step()
@@ -39,8 +39,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from memwatch.errors import ConfigError
-from memwatch.sinks._json import jsonable
+from memwatch.core.errors import ConfigError
+from memwatch.core.jsonable import jsonable
 
 __all__ = ["to_csv", "to_json"]
 

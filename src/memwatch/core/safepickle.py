@@ -9,7 +9,7 @@ older pickle protocols use for sets, refuses persistent ids, and caps the input 
 Example::
 
     >>> import pickle
-    >>> from memwatch.safepickle import loads
+    >>> from memwatch.core.safepickle import loads
     >>> loads(pickle.dumps({"segments": [{"size": 512, "blocks": ()}]}))
     {'segments': [{'size': 512, 'blocks': ()}]}
 """
@@ -21,7 +21,7 @@ import os
 import pickle
 from typing import Any
 
-from memwatch.errors import UnsafePickleError
+from memwatch.core.errors import UnsafePickleError
 
 __all__ = ["MAX_BYTES", "dump", "load", "loads"]
 
@@ -60,7 +60,7 @@ class _Restricted(pickle.Unpickler):
 def loads(data: bytes) -> Any:
     """Unpickle ``data`` allowing only plain containers and scalars.
 
-    Raises :class:`memwatch.errors.UnsafePickleError` for anything else (a global, a class, a
+    Raises :class:`memwatch.core.errors.UnsafePickleError` for anything else (a global, a class, a
     persistent id) and for a truncated or corrupted pickle; never executes code from ``data``.
     """
     if len(data) > MAX_BYTES:

@@ -21,7 +21,7 @@ Example::
 
     >>> import memwatch
     >>> from memwatch.testing import FakeDevice
-    >>> from memwatch.watchdog import WatchdogConfig
+    >>> from memwatch.runtime.watchdog import WatchdogConfig
     >>> alerts = []
     >>> dev = FakeDevice(total_bytes=1000 * 2**20)
     >>> cfg = WatchdogConfig(every_n_steps=1, alert=alerts.append, on_critical=("alert", "stop"))
@@ -46,11 +46,11 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memwatch.errors import ConfigError
-from memwatch.units import fmt_bytes
+from memwatch.core.errors import ConfigError
+from memwatch.core.units import fmt_bytes
 
 if TYPE_CHECKING:
-    from memwatch.findings import Finding
+    from memwatch.core.findings import Finding
     from memwatch.session import MemWatch
 
 __all__ = ["ACTIONS", "DEFAULT_METRICS", "Alert", "Watchdog", "WatchdogConfig", "parse_watchdog"]
@@ -159,7 +159,7 @@ class Alert:
 
     Example::
 
-        >>> from memwatch.watchdog import Alert
+        >>> from memwatch.runtime.watchdog import Alert
         >>> a = Alert("warning", "device", "device.allocated", "device memory at 90%", step=7,
         ...           value=900.0, limit=1000.0, utilization=0.9)
         >>> a.to_dict()["utilization"]
@@ -313,7 +313,7 @@ class Watchdog:
             vals = dict(zip(dev.fast_keys, dev.read_fast(), strict=False))
             if "device.reserved" in vals:
                 out["device.reserved"] = float(vals["device.reserved"])
-        from memwatch.evidence import rss_now
+        from memwatch.runtime.capture import rss_now
 
         rss = rss_now()
         if rss is not None:

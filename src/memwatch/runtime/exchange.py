@@ -28,8 +28,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memwatch.findings import Finding, Severity
-from memwatch.units import fmt_bytes
+from memwatch.core.findings import Finding, Severity
+from memwatch.core.units import fmt_bytes
 
 log = logging.getLogger("memwatch")
 

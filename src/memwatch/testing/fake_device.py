@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from memwatch.errors import FakeOutOfMemoryError
+from memwatch.core.errors import FakeOutOfMemoryError
 from memwatch.probes.base import OOMObserver, WindowPeak
 
 __all__ = ["FakeDevice", "format_size", "malloc_trim"]
@@ -70,7 +70,7 @@ class FakeDevice:
     An allocation that does not fit first releases cached segments and retries (counted in
     ``device.alloc_retries``), then calls every registered OOM observer — before anything unwinds,
     as the real allocator does — and raises ``torch.OutOfMemoryError`` (a
-    :class:`memwatch.errors.FakeOutOfMemoryError` when torch is not importable) with a CUDA-style
+    :class:`memwatch.core.errors.FakeOutOfMemoryError` when torch is not importable) with a CUDA-style
     message.
 
     Example::
