@@ -116,7 +116,7 @@ def run_child(name: str, epochs: int, steps: int, out_path: str, analyze: bool =
                             "n_steps": e.n_steps, "seconds": e.t_end - e.t_start}
                            for e in mw.epochs]
             disabled = dict(mw.disabled)
-            analyzer = type(mw._analyzer).__name__ if mw._analyzer is not None else None
+            analyzer = type(mw.analyzer).__name__ if mw.analyzer is not None else None
     result = {
         "name": name,
         "epochs": epochs,

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                     "epochs_kept": len(mw.timeline.epochs),
                     "elapsed_s": round(time.monotonic() - t0, 1),
                 })
-        analyzer = "off" if args.no_analyze else ("on" if mw._analyzer is not None else "absent")
+        analyzer = "off" if args.no_analyze else ("on" if mw.analyzer is not None else "absent")
         disabled = dict(mw.disabled)
     tracemalloc.stop()
     elapsed = time.monotonic() - t0

@@ -8,12 +8,13 @@ from typing import Any
 import torch
 
 from memwatch.analysis import census as C
+from memwatch.analysis import holders as H
 
 GLOBAL_HISTORY: list[torch.Tensor] = []
 
 
-def _holder_of(t: torch.Tensor) -> C.Holder:
-    h = C.find_holder(id(t))
+def _holder_of(t: torch.Tensor) -> H.Holder:
+    h = H.find_holder(id(t))
     assert h is not None
     return h
 
@@ -130,7 +131,7 @@ def test_holder_local_of_a_running_function() -> None:
     """The training loop that calls end_epoch() is still running: its locals are holders too."""
     val_outputs = [torch.ones(4, 4) for _ in range(3)]
     tid = id(val_outputs[1])
-    h = C.find_holder(tid)
+    h = H.find_holder(tid)
     assert h is not None
     assert "local `val_outputs` of running test_holder_local_of_a_running_function()" in h.path
     assert h.root == "frame"

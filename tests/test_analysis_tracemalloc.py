@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 import memwatch
-from memwatch.analysis import allocations
+from memwatch.analysis import allocations, sites
 from memwatch.core.errors import ConfigError
 
 HERE = Path(__file__).resolve()
@@ -328,7 +328,7 @@ def test_grouping_matches_tracemalloc_statistics() -> None:
             tracemalloc.stop()
     for key in ("traceback", "lineno"):
         ours = {frames: (size, count) for frames, size, count in
-                allocations.group_traces(snap, key)}
+                sites.group_traces(snap, key)}
         theirs = {tuple((f.filename, f.lineno) for f in reversed(st.traceback)):
                   (st.size, st.count) for st in snap.statistics(key)}
         assert ours == theirs
@@ -345,20 +345,20 @@ def test_grouping_matches_tracemalloc_statistics() -> None:
 def test_suggestions_follow_the_line(code: str, expected: str) -> None:
     from memwatch.analysis.explain import site_suggestions
 
-    site = allocations.SiteGrowth(file="/x/train.py", line=7, user=True, bytes_delta=1,
+    site = sites.SiteGrowth(file="/x/train.py", line=7, user=True, bytes_delta=1,
                                   count_delta=1, size=1, count=1, traceback=(), code=code,
                                   where="train.py:7")
     assert expected in site_suggestions(site)[0]
 
 
 def test_paths_and_functions() -> None:
-    assert allocations.is_user_file(str(HERE))
-    assert not allocations.is_user_file(json.__file__)
-    assert not allocations.is_user_file(allocations.__file__)  # memwatch's own
-    assert allocations.short_path(str(HERE), str(HERE.parent)) == HERE.name
-    assert allocations.short_path(json.__file__, "/nowhere") == "json/__init__.py"
-    assert allocations.function_at(str(HERE), line_of("# <- the leak")) == "_train.train_step"
-    assert allocations.function_at(str(HERE), 1) == "<module>"
+    assert sites.is_user_file(str(HERE))
+    assert not sites.is_user_file(json.__file__)
+    assert not sites.is_user_file(allocations.__file__)  # memwatch's own
+    assert sites.short_path(str(HERE), str(HERE.parent)) == HERE.name
+    assert sites.short_path(json.__file__, "/nowhere") == "json/__init__.py"
+    assert sites.function_at(str(HERE), line_of("# <- the leak")) == "_train.train_step"
+    assert sites.function_at(str(HERE), 1) == "<module>"
 
 
 # --------------------------------------------------------------------------- the cost benchmark

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from memwatch.runtime.exchange import cross_rank_findings, rank_log_metrics, rank_metrics
+from memwatch.analysis.ranks import cross_rank_findings
+from memwatch.core.metrics import rank_log_metrics, rank_metrics
 from memwatch.core.findings import KINDS
 
 GIB = float(1 << 30)

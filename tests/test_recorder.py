@@ -351,7 +351,7 @@ def test_hooks_are_chained_and_restored(tmp_path: Path) -> None:
     try:
         with memwatch.watch(device="cpu", workers=False, out_dir=tmp_path) as mw:
             assert sys.excepthook is not prev_hook
-            assert signal.getsignal(signal.SIGTERM) == mw.recorder._on_signal  # type: ignore
+            assert signal.getsignal(signal.SIGTERM) == mw.recorder.hooks._on_signal  # type: ignore
             err = MemoryError("from the hook")
             sys.excepthook(MemoryError, err, None)
             assert seen == [err] and err.memwatch_bundle is not None  # type: ignore[attr-defined]
@@ -360,12 +360,12 @@ def test_hooks_are_chained_and_restored(tmp_path: Path) -> None:
             def worker() -> None:
                 raise MemoryError("in a thread")
 
-            prev_thread_hook = mw.recorder._prev_thread_hook  # type: ignore[union-attr]
-            mw.recorder._prev_thread_hook = lambda a: failures.append(a.exc_value)  # type: ignore
+            prev_thread_hook = mw.recorder.hooks._prev_thread_hook  # type: ignore[union-attr]
+            mw.recorder.hooks._prev_thread_hook = lambda a: failures.append(a.exc_value)  # type: ignore
             t = threading.Thread(target=worker)
             t.start()
             t.join()
-            mw.recorder._prev_thread_hook = prev_thread_hook  # type: ignore[union-attr]
+            mw.recorder.hooks._prev_thread_hook = prev_thread_hook  # type: ignore[union-attr]
             assert len(failures) == 1 and failures[0].memwatch_bundle is not None  # type: ignore
         assert sys.excepthook is prev_hook
     finally:

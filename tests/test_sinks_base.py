@@ -56,9 +56,9 @@ def test_no_sink_no_tick(tmp_path: Path) -> None:
                            watchdog=False)
     mw.start()
     try:
-        assert mw._tick_due == sys.maxsize
+        assert mw._next_due == sys.maxsize
         mw.add_sink(MemorySink())
-        assert mw._tick_due == 50
+        assert mw._next_due == 50
     finally:
         mw.close()
 

@@ -138,7 +138,7 @@ def test_end_epoch_feeds_findings_to_the_watchdog(tmp_path: Path) -> None:
     alerts: list[Alert] = []
 
     class ScriptedAnalyzer:
-        def on_epoch_end(self, summary: object) -> list[Finding]:
+        def check(self, summary: object, context: object) -> list[Finding]:
             return [Finding(kind="near_oom", metric="device.peak", severity="critical",
                             message="peak close to the limit")]
 
@@ -146,7 +146,7 @@ def test_end_epoch_feeds_findings_to_the_watchdog(tmp_path: Path) -> None:
                         signals=False, analyze=False,
                         watchdog={"alert": alerts.append, "on_forecast": ("alert", "stop")}
                         ) as mw:
-        mw._analyzer = ScriptedAnalyzer()
+        mw.analyzer = ScriptedAnalyzer()
         mw.step()
         mw.end_epoch()
         assert mw.should_stop is True

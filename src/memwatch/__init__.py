@@ -10,17 +10,23 @@ Example::
 """
 
 from memwatch._version import __version__
+from memwatch.analysis.context import AnalyzerConfig
 from memwatch.core.errors import BundleError, ConfigError, MemwatchError, MemWatchWarning
 from memwatch.core.findings import Finding
-from memwatch.session import MemWatch, watch
+from memwatch.runtime.watchdog import Alert, WatchdogConfig
+from memwatch.session import MemWatch, WatchConfig, watch
 
 __all__ = [
+    "Alert",
+    "AnalyzerConfig",
     "BundleError",
     "ConfigError",
     "Finding",
     "MemWatch",
     "MemWatchWarning",
     "MemwatchError",
+    "WatchConfig",
+    "WatchdogConfig",
     "__version__",
     "watch",
 ]

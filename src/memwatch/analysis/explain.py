@@ -6,9 +6,9 @@ import os
 import re
 from typing import Any
 
+from memwatch.analysis.attribution import Attribution
 from memwatch.analysis.shapes import EpochStats
-from memwatch.core.findings import Finding, Severity
-from memwatch.timeline import EpochSummary
+from memwatch.core.findings import Finding, Origin, Severity
 from memwatch.core.units import fmt_bytes, fmt_duration
 
 
@@ -30,10 +30,10 @@ def _ci(slope_ci: tuple[float, float]) -> str:
 
 # --------------------------------------------------------------------------- leaks
 
-def leak(*, metric: str, stats: list[EpochStats], slope: float, slope_ci: tuple[float, float],
-         limit: float | None, peak_now: float, steps_to_oom: float | None,
-         seconds_to_oom: float | None, severity: Severity,
-         attribution: dict[str, Any]) -> Finding:
+def leak(*, origin: Origin, metric: str, stats: list[EpochStats], slope: float,
+         slope_ci: tuple[float, float], limit: float | None, peak_now: float,
+         steps_to_oom: float | None, seconds_to_oom: float | None, severity: Severity,
+         attribution: Attribution, horizon_steps: float) -> Finding:
     cur = stats[-1]
     n_ep = sum(1 for s in stats if s.shape == "growing") or 1
     culprit, suggestions, detail = _culprit(metric, attribution)
@@ -61,44 +61,33 @@ def leak(*, metric: str, stats: list[EpochStats], slope: float, slope_ci: tuple[
         "epochs_growing": n_ep,
         "limit_bytes": limit,
         "peak_bytes": peak_now,
-        **_attribution_evidence(attribution),
+        **attribution.evidence(),
+        "horizon_steps": horizon_steps,
     }
-    return Finding(kind="leak", metric=metric, severity=severity, message=msg,
-                   bytes_per_step=slope, steps_to_oom=steps_to_oom, seconds_to_oom=seconds_to_oom,
-                   culprit=culprit, suggestions=suggestions, evidence=evidence)
+    return origin.finding(kind="leak", metric=metric, severity=severity, message=msg,
+                          bytes_per_step=slope, steps_to_oom=steps_to_oom,
+                          seconds_to_oom=seconds_to_oom, culprit=culprit,
+                          suggestions=suggestions, evidence=evidence)
 
 
-def _attribution_evidence(a: dict[str, Any]) -> dict[str, Any]:
-    keep = ("census_ms", "attribution_ms", "objects_scanned", "tensors_scanned", "census_epochs",
-            "growing_groups", "python_object_growth", "graph_bytes", "explained_bytes",
-            "rss_growth_bytes", "census", "tracemalloc", "tracemalloc_summary")
-    ev = {k: a[k] for k in keep if k in a}
-    h = a.get("holder")
-    if h is not None:
-        ev["holder"] = h.path
-        ev["holder_root"] = h.root
-        ev["hook_count"] = h.hook_count
-    return ev
-
-
-def _culprit(metric: str, a: dict[str, Any]) -> tuple[str | None, list[str], str]:
-    g = a.get("group")
-    h = a.get("holder")
-    if a.get("site") is not None and h is None:
+def _culprit(metric: str, a: Attribution) -> tuple[str | None, list[str], str]:
+    g = a.group
+    h = a.holder
+    if a.site is not None and h is None:
         return _site_culprit(a)
     if g is None:
-        if metric.startswith("host.") and a.get("python_object_growth"):
-            top = ", ".join(f"{n} (+{d})" for n, d in a["python_object_growth"][:3])
+        if metric.startswith("host.") and a.python_object_growth:
+            top = ", ".join(f"{n} (+{d})" for n, d in a.python_object_growth[:3])
             return (f"Python objects: {top}", [
                 "Growing Python objects, not tensors: look for containers that are appended to "
                 "every step (lists of dicts, logs of metrics) and bound or clear them.",
                 "For the line that allocates them, run with `MemWatch(tracemalloc=True)` (it "
                 "costs time on every Python allocation: an epoch or two is enough).",
             ], "")
-        if "census" in a:  # no census to compare: say why, and how to get one
+        if a.census_note is not None:  # no census to compare: say why, and how to get one
             return (None, [
                 "The culprit is named from a census of live tensors at two epoch ends; it was "
-                f"{a['census']}. Run with census='always' (the default 'auto' takes one whenever "
+                f"{a.census_note}. Run with census='always' (the default 'auto' takes one whenever "
                 "growth is suspected and it is cheap), or open an OOM bundle's census.json.",
             ], "")
         return (None, [
@@ -108,7 +97,7 @@ def _culprit(metric: str, a: dict[str, Any]) -> tuple[str | None, list[str], str
         ], "")
     group = g.group
     what = f"+{g.count_delta} × {group.describe()}"
-    graph = a.get("graph_bytes") or 0
+    graph = a.graph_bytes or 0
     suggestions: list[str] = []
     detail = ""
     if group.grad_fn:
@@ -167,10 +156,10 @@ def _culprit(metric: str, a: dict[str, Any]) -> tuple[str | None, list[str], str
     return culprit, suggestions, detail
 
 
-def _site_culprit(a: dict[str, Any]) -> tuple[str, list[str], str]:
+def _site_culprit(a: Attribution) -> tuple[str, list[str], str]:
     """The allocation site that grew most (tracemalloc), when no holder of tensors was named."""
-    site = a["site"]
-    summ = a.get("tracemalloc_summary") or {}
+    site = a.site
+    summ = a.tracemalloc_summary or {}
     steps = int(summ.get("steps") or 0)
     where = site.describe_where()
     culprit = (f"{where} — +{fmt_bytes(site.bytes_delta)} over the epoch, "
@@ -191,7 +180,7 @@ def _site_culprit(a: dict[str, Any]) -> tuple[str, list[str], str]:
                        "trace per live block)")
     detail += "."
     suggestions = site_suggestions(site, int(summ.get("frames") or 0))
-    g = a.get("group")
+    g = a.group
     if g is not None:
         detail += f" Live tensors grew too: +{g.count_delta} × {g.group.describe()}."
         if g.group.grad_fn:
@@ -274,8 +263,8 @@ def _short(path: str) -> str:
     return head
 
 
-def worker_leak(metric: str, stats: list[EpochStats], slope: float, workers: int,
-                steps_to_oom: float | None, horizon: float) -> Finding:
+def worker_leak(origin: Origin, metric: str, stats: list[EpochStats], slope: float,
+                workers: int, steps_to_oom: float | None, horizon: float) -> Finding:
     cur = stats[-1]
     severity: Severity = "critical" if steps_to_oom is not None and steps_to_oom <= horizon \
         else "warning"
@@ -286,7 +275,7 @@ def worker_leak(metric: str, stats: list[EpochStats], slope: float, workers: int
         "cache in the Dataset, growing lists in __getitem__), which copy-on-write does not "
         "explain."
     )
-    return Finding(
+    return origin.finding(
         kind="leak", metric=metric, severity=severity, message=msg, bytes_per_step=slope,
         steps_to_oom=steps_to_oom,
         culprit=f"DataLoader worker processes ({workers}): per-worker growth in the Dataset",
@@ -302,7 +291,8 @@ def worker_leak(metric: str, stats: list[EpochStats], slope: float, workers: int
     )
 
 
-def worker_cow(metric: str, cur: EpochStats, rss: EpochStats | None, workers: int) -> Finding:
+def worker_cow(origin: Origin, metric: str, cur: EpochStats, rss: EpochStats | None,
+               workers: int) -> Finding:
     msg = (
         f"{_where(metric)} rose by {fmt_bytes(max(cur.rise, cur.growth))} while their resident "
         "memory stayed flat: that is copy-on-write, not a leak. Forked workers share the "
@@ -311,7 +301,7 @@ def worker_cow(metric: str, cur: EpochStats, rss: EpochStats | None, workers: in
         "stops when every page has been copied; summed RSS counts shared pages once per worker "
         "and overstates it, USS/PSS are the honest numbers."
     )
-    return Finding(
+    return origin.finding(
         kind="plateau", metric=metric, severity="info", message=msg,
         culprit=f"copy-on-write of the Dataset's Python objects in {workers} workers",
         suggestions=[
@@ -325,7 +315,8 @@ def worker_cow(metric: str, cur: EpochStats, rss: EpochStats | None, workers: in
 
 # --------------------------------------------------------------------------- benign shapes
 
-def accumulation(metric: str, cur: EpochStats, prev: EpochStats | None) -> Finding:
+def accumulation(origin: Origin, metric: str, cur: EpochStats,
+                 prev: EpochStats | None) -> Finding:
     base = prev.floor if prev is not None else cur.lo_start
     msg = (
         f"{_where(metric)} grows within each epoch (by about {fmt_bytes(cur.growth)}, "
@@ -333,50 +324,50 @@ def accumulation(metric: str, cur: EpochStats, prev: EpochStats | None) -> Findi
         f"to {fmt_bytes(base)}. This is epoch-scoped accumulation (outputs or metrics gathered "
         "for the epoch), not a leak — but the peak grows with the epoch length."
     )
-    return Finding(kind="accumulation", metric=metric, severity="info", message=msg,
-                   bytes_per_step=cur.slope,
-                   suggestions=["If epochs get longer, reduce what is gathered per step "
-                                "(`.item()`, `.cpu()`, running sums instead of lists)."],
-                   evidence={"epoch_rise": cur.rise, "floor": cur.floor, "peak": cur.peak})
+    return origin.finding(kind="accumulation", metric=metric, severity="info", message=msg,
+                          bytes_per_step=cur.slope,
+                          suggestions=["If epochs get longer, reduce what is gathered per step "
+                                       "(`.item()`, `.cpu()`, running sums instead of lists)."],
+                          evidence={"epoch_rise": cur.rise, "floor": cur.floor,
+                                    "peak": cur.peak})
 
 
-def plateau(metric: str, cur: EpochStats) -> Finding:
+def plateau(origin: Origin, metric: str, cur: EpochStats) -> Finding:
     msg = (
         f"{_where(metric)} grew by {fmt_bytes(max(cur.rise, 0))} and levelled off (the late "
         f"half rises at {cur.saturation:.0%} of the early rate): a warm-up, a bounded cache "
         "filling or allocator pools settling. Not a leak."
     )
-    return Finding(kind="plateau", metric=metric, severity="info", message=msg,
-                   evidence={"saturation_ratio": cur.saturation, "rise": cur.rise,
-                             "floor": cur.floor})
+    return origin.finding(kind="plateau", metric=metric, severity="info", message=msg,
+                          evidence={"saturation_ratio": cur.saturation, "rise": cur.rise,
+                                    "floor": cur.floor})
 
 
-def step_change(metric: str, cur: EpochStats) -> Finding:
+def step_change(origin: Origin, metric: str, cur: EpochStats) -> Finding:
     msg = (
         f"{_where(metric)} jumped once by {fmt_bytes(cur.step_height)} around step "
         f"{cur.step_at} and stayed flat before and after: a buffer allocated once (optimizer "
         "state, a cache sized at first use). Not a leak unless it repeats."
     )
-    return Finding(kind="step_change", metric=metric, severity="info", message=msg,
-                   evidence={"height": cur.step_height, "at_step": cur.step_at})
+    return origin.finding(kind="step_change", metric=metric, severity="info", message=msg,
+                          evidence={"height": cur.step_height, "at_step": cur.step_at})
 
 
 # --------------------------------------------------------------------------- allocator
 
-def allocator_retention(metric: str, cur: EpochStats, slope: float, a: dict[str, Any],
-                        summary: EpochSummary) -> Finding:
+def allocator_retention(origin: Origin, metric: str, slope: float, a: Attribution) -> Finding:
     msg = (
         f"{_where(metric)} grows by {fmt_bytes(slope)} per step, but live tensors and Python "
-        f"objects do not (they explain {fmt_bytes(a.get('explained_bytes', 0))} of "
-        f"{fmt_bytes(a.get('rss_growth_bytes', 0))}). Most often that is the C allocator "
+        f"objects do not (they explain {fmt_bytes(a.explained_bytes or 0)} of "
+        f"{fmt_bytes(a.rss_growth_bytes or 0)}). Most often that is the C allocator "
         "keeping freed memory (glibc arenas fragment under many threads and mixed sizes), which "
         "no code fix addresses; less often native code (an extension) leaking outside Python."
     )
-    summ = a.get("tracemalloc_summary")
+    summ = a.tracemalloc_summary
     if summ is not None:
         msg += (f" tracemalloc agrees: live traced Python allocations changed by "
                 f"{fmt_bytes(summ.get('traced_net_bytes'))} over the last epoch.")
-    return Finding(
+    return origin.finding(
         # Not a leak in the user's code: informational, like every non-leak finding.
         kind="allocator_retention", metric=metric, severity="info", message=msg,
         bytes_per_step=slope,
@@ -386,12 +377,12 @@ def allocator_retention(metric: str, cur: EpochStats, slope: float, a: dict[str,
             "`ctypes.CDLL('libc.so.6').malloc_trim(0)`.",
             "Use jemalloc or tcmalloc (`LD_PRELOAD=libjemalloc.so.2`), which fragment less.",
         ],
-        evidence={"pattern": "allocator_retention", **_attribution_evidence(a)},
+        evidence={"pattern": "allocator_retention", **a.evidence()},
     )
 
 
-def fragmentation(*, gap_now: float, gap_rise: float, slope: float, split: float,
-                  retries: float, reserved: float, total: float) -> Finding:
+def fragmentation(origin: Origin, *, gap_now: float, gap_rise: float, slope: float,
+                  split: float, retries: float, reserved: float, total: float) -> Finding:
     conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + os.environ.get(
         "PYTORCH_ALLOC_CONF", "")
     severity: Severity = "warning" if retries > 0 or gap_now > 0.25 * total else "info"
@@ -415,15 +406,15 @@ def fragmentation(*, gap_now: float, gap_rise: float, slope: float, split: float
         "If phases alternate (train/eval), `torch.cuda.empty_cache()` between them returns "
         "unused segments.",
     ]
-    return Finding(kind="fragmentation", metric="device.reserved", severity=severity,
-                   message=msg, bytes_per_step=slope, suggestions=sugg,
-                   evidence={"reserved_minus_allocated": gap_now, "rise": gap_rise,
-                             "inactive_split_bytes": split, "alloc_retries": retries,
-                             "reserved": reserved, "total": total,
-                             "alloc_conf": conf or None})
+    return origin.finding(kind="fragmentation", metric="device.reserved", severity=severity,
+                          message=msg, bytes_per_step=slope, suggestions=sugg,
+                          evidence={"reserved_minus_allocated": gap_now, "rise": gap_rise,
+                                    "inactive_split_bytes": split, "alloc_retries": retries,
+                                    "reserved": reserved, "total": total,
+                                    "alloc_conf": conf or None})
 
 
-def near_oom(metric: str, peak: float, limit: float, margin: float) -> Finding:
+def near_oom(origin: Origin, metric: str, peak: float, limit: float, margin: float) -> Finding:
     share = peak / limit if limit else 0.0
     severity: Severity = "critical" if share >= 0.98 else "warning"
     msg = (
@@ -431,7 +422,8 @@ def near_oom(metric: str, peak: float, limit: float, margin: float) -> Finding:
         f"limit (within the {margin:.0%} margin): the next larger batch, longer sequence or "
         "evaluation pass may not fit."
     )
-    return Finding(kind="near_oom", metric=metric, severity=severity, message=msg,
-                   suggestions=["Lower the batch size or enable activation checkpointing; "
-                                "check the per-step peak (device.peak) rather than the average."],
-                   evidence={"peak": peak, "limit": limit, "share": share})
+    return origin.finding(kind="near_oom", metric=metric, severity=severity, message=msg,
+                          suggestions=["Lower the batch size or enable activation "
+                                       "checkpointing; check the per-step peak (device.peak) "
+                                       "rather than the average."],
+                          evidence={"peak": peak, "limit": limit, "share": share})

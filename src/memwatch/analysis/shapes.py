@@ -123,3 +123,20 @@ def epoch_stats(summary: EpochSummary, metric: str, cfg: ShapeConfig,
     st.saturation = saturation_ratio(t, y, tr)
     st.shape = "plateau" if st.saturation < cfg.saturation else "growing"
     return st
+
+
+def last_value(summary: EpochSummary, key: str) -> float | None:
+    """``key``'s last sample in ``summary`` (None when absent or NaN)."""
+    if key not in summary.keys:
+        return None
+    v = float(summary.last[summary.keys.index(key)])
+    return None if math.isnan(v) else v
+
+
+def delta(summary: EpochSummary, key: str) -> float:
+    """How much ``key`` changed over ``summary`` (0 when absent or NaN): counters."""
+    if key not in summary.keys:
+        return 0.0
+    i = summary.keys.index(key)
+    v = float(summary.last[i] - summary.first[i])
+    return 0.0 if math.isnan(v) else v

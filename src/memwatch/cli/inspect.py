@@ -19,7 +19,7 @@ from pathlib import Path
 from memwatch.bundle import TMP_PREFIX, find_bundles, open_bundle
 from memwatch.cli._base import Command
 from memwatch.core.errors import BundleError, MemwatchError
-from memwatch.runtime.capture import segments_summary
+from memwatch.bundle.documents import segments_summary
 from memwatch.report.jobs import compare, group_jobs, render_comparison
 from memwatch.report.summary import summarize
 from memwatch.report.terminal import print_summary

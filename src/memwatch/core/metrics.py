@@ -46,7 +46,7 @@ Example::
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from memwatch.core.units import GIB, MIB
@@ -162,3 +162,35 @@ def finding_row(finding: Any, stage: str = "train") -> list[Any]:
         getattr(finding, "culprit", None),
         getattr(finding, "message", None),
     ]
+
+
+def rank_metrics(summaries: Sequence[dict[str, Any] | None]) -> dict[str, float]:
+    """Per-rank series for loggers: ``rank<r>/<metric>_peak`` and ``..._floor`` in bytes, plus the
+    peak imbalance (max/min) of the first metric every rank has."""
+    out: dict[str, float] = {}
+    alive = [s for s in summaries if s is not None]
+    for s in alive:
+        r = int(s["rank"])
+        for m, v in s["peak"].items():
+            out[f"rank{r}/{m}.peak"] = v
+        for m, v in s["floor"].items():
+            out[f"rank{r}/{m}.floor"] = v
+    for m in ("device.peak", "device.allocated", "host.rss"):
+        vals = [s["peak"][m] for s in alive if m in s["peak"]]
+        if len(vals) == len(alive) and len(vals) > 1 and min(vals) > 0:
+            out[f"ranks/{m}.imbalance"] = max(vals) / min(vals)
+            break
+    return out
+
+
+def rank_log_metrics(summaries: Sequence[dict[str, Any] | None],
+                     prefix: str = PREFIX) -> dict[str, float]:
+    """:func:`rank_metrics` as logger keys with units: ``memwatch/rank1/host.rss.peak_gib``
+    (GiB = 2**30) and the unitless ``memwatch/ranks/host.rss.imbalance``."""
+    out: dict[str, float] = {}
+    for k, v in rank_metrics(summaries).items():
+        if k.endswith(".imbalance"):
+            out[f"{prefix}/{k}"] = v
+        else:
+            out[f"{prefix}/{k}_gib"] = v / GIB
+    return out

@@ -22,6 +22,29 @@ def rss_of_pid(pid: int) -> int | None:
         return None
 
 
+def rss_now() -> int | None:
+    """This process's resident bytes now (``/proc/self/statm``), None where unreadable."""
+    return rss_of_pid(os.getpid())
+
+
+def address_space() -> dict[str, int | None]:
+    """VmSize and RLIMIT_AS: a run that dies of an address-space limit was "full" by this."""
+    out: dict[str, int | None] = {"vmsize": None, "rlimit_as": None}
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            out["vmsize"] = int(f.read(128).split()[0]) * PAGE_SIZE
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+        out["rlimit_as"] = None if soft == resource.RLIM_INFINITY else int(soft)
+    except (ImportError, OSError, ValueError):
+        pass
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class Rollup:
     rss: float

@@ -28,8 +28,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from memwatch.core.findings import Finding, Severity
-from memwatch.core.units import fmt_bytes
+from memwatch.core.findings import Finding
+from memwatch.core.protocols import SessionView
 
 log = logging.getLogger("memwatch")
 
@@ -201,7 +201,7 @@ def _ranks_in(message: str, world_size: int, me: int) -> list[int]:
     return []
 
 
-def rank_payload(session: Any, findings: Sequence[Finding], summary: Any) -> dict[str, Any]:
+def rank_payload(view: SessionView, findings: Sequence[Finding], summary: Any) -> dict[str, Any]:
     """The small, picklable summary one rank contributes at an epoch end."""
     floors: dict[str, float] = {}
     peaks: dict[str, float] = {}
@@ -214,13 +214,13 @@ def rank_payload(session: Any, findings: Sequence[Finding], summary: Any) -> dic
                     floors[m] = f
                 if not math.isnan(p):
                     peaks[m] = p
-    limits = {k: v for k, v in session.limits().items() if k in SUMMARY_METRICS}
+    limits = {k: v for k, v in view.limits().items() if k in SUMMARY_METRICS}
     return {
-        "rank": session.rank.get("rank", 0),
-        "local_rank": session.rank.get("local_rank", 0),
+        "rank": view.rank.get("rank", 0),
+        "local_rank": view.rank.get("local_rank", 0),
         "host": socket.gethostname(),
         "epoch": getattr(summary, "epoch", None),
-        "step": session.step_count,
+        "step": view.step_count,
         "time": time.time(),
         "floor": floors,
         "peak": peaks,
@@ -234,129 +234,18 @@ def rank_payload(session: Any, findings: Sequence[Finding], summary: Any) -> dic
     }
 
 
-def cross_rank_findings(summaries: Sequence[dict[str, Any] | None], missing: Sequence[int],
-                        timeout_s: float) -> list[Finding]:
-    """Rank 0's verdicts across ranks: who leaks, who is closest to OOM, who is imbalanced, who
-    did not answer."""
-    out: list[Finding] = []
-    world = len(summaries)
-    alive = [s for s in summaries if s is not None]
-    absent = sorted(set(missing) | {i for i, s in enumerate(summaries) if s is None})
-    if absent:
-        out.append(Finding(
-            kind="rank_unresponsive", metric="ranks", severity="warning",
-            message=(f"Rank(s) {', '.join(map(str, absent))} of {world} did not reach the "
-                     f"epoch-end exchange within {timeout_s:.0f} s: dead (an OOM leaves a bundle "
-                     "named ...-rank<r>-pid<p> under each rank's out_dir/oom/) or stuck; the "
-                     "other ranks will hang in their next collective."),
-            suggestions=["Look for that rank's bundle: `memwatch ls <out_dir>` groups them by "
-                         "job and rank."],
-            evidence={"ranks": absent, "timeout_s": timeout_s}))
-    # Leaks on some ranks only.
-    leak_by_metric: dict[str, dict[int, dict[str, Any]]] = {}
-    for s in alive:
-        for f in s["findings"]:
-            if f["kind"] == "leak":
-                leak_by_metric.setdefault(f["metric"], {})[int(s["rank"])] = f
-    for metric, by_rank in leak_by_metric.items():
-        ranks = sorted(by_rank)
-        only_some = len(ranks) < len(alive)
-        worst = min(by_rank.items(), key=lambda kv: kv[1]["steps_to_oom"] or math.inf)
-        rates = {r: by_rank[r]["bytes_per_step"] for r in ranks}
-        scope = (f"only on rank(s) {', '.join(map(str, ranks))} of {world}" if only_some
-                 else f"on every rank ({world})")
-        msg = (f"{metric} leaks {scope}: "
-               + ", ".join(f"rank {r} {fmt_bytes(v or 0)}/step" for r, v in rates.items()) + ".")
-        if only_some:
-            msg += (" A leak on some ranks only points at rank-dependent code: logging or "
-                    "evaluation on rank 0, uneven shards, a cache keyed by rank.")
-        if worst[1]["steps_to_oom"] is not None:
-            msg += (f" Rank {worst[0]} runs out first, in about "
-                    f"{worst[1]['steps_to_oom']:,.0f} steps.")
-        sev: Severity = "critical" if any(f["severity"] == "critical"
-                                          for f in by_rank.values()) else "warning"
-        out.append(Finding(
-            kind="rank_leak", metric=metric, severity=sev, message=msg,
-            bytes_per_step=max((v or 0.0) for v in rates.values()),
-            steps_to_oom=worst[1]["steps_to_oom"], culprit=f"rank {worst[0]}: "
-            + (worst[1]["culprit"] or "see that rank's findings"),
-            evidence={"ranks": ranks, "only_some_ranks": only_some, "bytes_per_step": rates},
-            rank=worst[0]))
-    # Ranks close to their limit: the job's first OOM will be on one of them.
-    near_by_metric: dict[str, dict[int, str]] = {}
-    for s in alive:
-        for f in s["findings"]:
-            if f["kind"] == "near_oom":
-                near_by_metric.setdefault(f["metric"], {})[int(s["rank"])] = f["severity"]
-    for metric, sev_by_rank in near_by_metric.items():
-        shares = {int(s["rank"]): s["peak"][metric] / s["limits"][metric] for s in alive
-                  if s["peak"].get(metric) and s["limits"].get(metric)}
-        ranks = sorted(sev_by_rank, key=lambda r: -shares.get(r, 0.0))
-        closest = ranks[0]
-        limit = next((s["limits"][metric] for s in alive if int(s["rank"]) == closest), None)
-        others = [v for r, v in shares.items() if r not in sev_by_rank]
-        msg = (f"{metric} is near its limit on rank(s) {', '.join(map(str, ranks))} of {world}: "
-               + ", ".join(f"rank {r} at {shares[r]:.0%}" for r in ranks if r in shares)
-               + (f" of {fmt_bytes(limit)}" if limit else "")
-               + f". The job's first OOM will most likely be on rank {closest}"
-               + (f"; the other ranks peak at {max(others):.0%} at most." if others else "."))
-        sev_near: Severity = "critical" if "critical" in sev_by_rank.values() else "warning"
-        out.append(Finding(
-            kind="rank_near_oom", metric=metric, severity=sev_near, message=msg,
-            suggestions=["Look at what that rank does differently (a larger shard, the logging or "
-                         "evaluation done on rank 0 only, uneven sequence lengths); balance it "
-                         "or lower the batch size for every rank."],
-            evidence={"ranks": ranks, "share": shares,
-                      "others_max_share": max(others) if others else None},
-            rank=closest))
-    # Peak imbalance.
-    peak_metric = next((m for m in ("device.peak", "device.allocated", "host.rss")
-                        if all(m in s["peak"] for s in alive)), None)
-    if peak_metric is not None and len(alive) > 1:
-        metric = peak_metric
-        peaks = {int(s["rank"]): float(s["peak"][metric]) for s in alive}
-        hi_r, hi = max(peaks.items(), key=lambda kv: kv[1])
-        lo_r, lo = min(peaks.items(), key=lambda kv: kv[1])
-        ratio = hi / lo if lo > 0 else math.inf
-        limit = next((s["limits"].get(metric) for s in alive if s["limits"].get(metric)), None)
-        if ratio > 1.2:
-            out.append(Finding(
-                kind="rank_imbalance", metric=metric, severity="info",
-                message=(f"{metric} peaks differ across ranks: rank {hi_r} at {fmt_bytes(hi)}, "
-                         f"rank {lo_r} at {fmt_bytes(lo)} ({ratio:.2f}x). The highest rank "
-                         "decides when the job runs out of memory."
-                         + (f" It is at {hi / limit:.0%} of its limit." if limit else "")),
-                evidence={"peaks": peaks, "imbalance": ratio}, rank=hi_r))
-    return out
-
-
-def rank_metrics(summaries: Sequence[dict[str, Any] | None]) -> dict[str, float]:
-    """Per-rank series for loggers: ``rank<r>/<metric>_peak`` and ``..._floor`` in bytes, plus the
-    peak imbalance (max/min) of the first metric every rank has."""
-    out: dict[str, float] = {}
-    alive = [s for s in summaries if s is not None]
-    for s in alive:
-        r = int(s["rank"])
-        for m, v in s["peak"].items():
-            out[f"rank{r}/{m}.peak"] = v
-        for m, v in s["floor"].items():
-            out[f"rank{r}/{m}.floor"] = v
-    for m in ("device.peak", "device.allocated", "host.rss"):
-        vals = [s["peak"][m] for s in alive if m in s["peak"]]
-        if len(vals) == len(alive) and len(vals) > 1 and min(vals) > 0:
-            out[f"ranks/{m}.imbalance"] = max(vals) / min(vals)
-            break
-    return out
-
-
-def rank_log_metrics(summaries: Sequence[dict[str, Any] | None],
-                     prefix: str = "memwatch") -> dict[str, float]:
-    """:func:`rank_metrics` as logger keys with units: ``memwatch/rank1/host.rss.peak_gib``
-    (GiB = 2**30) and the unitless ``memwatch/ranks/host.rss.imbalance``."""
-    out: dict[str, float] = {}
-    for k, v in rank_metrics(summaries).items():
-        if k.endswith(".imbalance"):
-            out[f"{prefix}/{k}"] = v
-        else:
-            out[f"{prefix}/{k}_gib"] = v / 2**30
-    return out
+def rank_info() -> dict[str, int]:
+    """Rank, local rank and world size: from torch.distributed when initialised, else env."""
+    info = {
+        "rank": int(os.environ.get("RANK", "0") or 0),
+        "local_rank": int(os.environ.get("LOCAL_RANK", "0") or 0),
+        "world_size": int(os.environ.get("WORLD_SIZE", "1") or 1),
+    }
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            info["rank"] = dist.get_rank()
+            info["world_size"] = dist.get_world_size()
+    except Exception:  # noqa: BLE001
+        pass
+    return info

@@ -38,115 +38,53 @@ from __future__ import annotations
 
 import atexit
 import collections
-import dataclasses
 import datetime as _dt
 import logging
 import mmap
 import os
-import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from memwatch.bundle import BundleWriter, clean_stale, enforce_retention, host_name
-from memwatch.core.errors import ConfigError
-from memwatch.runtime.capture import (
+from memwatch.bundle.documents import (
     Capture,
-    address_space,
-    capture,
     environment,
     environment_static,
     exception_doc,
     qualname,
-    ranks_doc,
-    rss_now,
     segments_summary,
     timeline_records,
 )
-from memwatch.core.oom import KINDS, OOM_KINDS, Classification, classify
+from memwatch.bundle.format import (
+    SCHEMA_VERSION,
+    Bundle,
+    BundleWriter,
+    clean_stale,
+    enforce_retention,
+    host_name,
+)
+from memwatch.core.oom import Classification, classify
+from memwatch.core.protocols import SessionView
 from memwatch.core.redact import redact_obj, redact_text
+from memwatch.probes.procfs import address_space, rss_now
+from memwatch.runtime.capture import capture
+from memwatch.runtime.hooks import FailureHooks
+from memwatch.runtime.recorder_config import RecorderConfig, parse_bundle_on
 
-if TYPE_CHECKING:
-    from memwatch.session import MemWatch
+__all__ = ["FlightRecorder", "RecorderConfig", "ReportRenderer", "parse_bundle_on"]
 
-__all__ = ["FlightRecorder", "RecorderConfig", "parse_bundle_on", "segments_summary"]
+#: Renders a bundle's ``report.html``: ``render(bundle, path, with_charts) -> html``. The
+#: session hands the recorder one (the HTML report lives in a layer above the recorder's).
+ReportRenderer = Callable[[Bundle, str, bool], str]
 
 log = logging.getLogger("memwatch")
 
 MIB = 1 << 20
 _RESERVE_BYTES = 8 * MIB
 _PENDING_MAX_AGE_S = 600.0
-REPORT_MODES: tuple[str, ...] = ("auto", "full", "tables", "none")
-def parse_bundle_on(value: Any) -> frozenset[str]:
-    """``"oom"`` (default: every OOM class), ``"all"``, ``"none"``, or a collection of
-    ``"oom"``, ``"cuda_oom"``, ``"host_oom"``, ``"mps_oom"``, ``"other"``."""
-    names = {"oom": OOM_KINDS, "all": KINDS, "none": (), **{k: (k,) for k in KINDS}}
-    items = [value] if isinstance(value, str) else value
-    try:
-        items = list(items) if items is not None else []
-    except TypeError:
-        items = [value]
-    out: set[str] = set()
-    for it in items:
-        if not isinstance(it, str) or it not in names:
-            raise ConfigError(
-                f"bundle_on={value!r}: {it!r} is not a trigger; use 'oom' (default), 'all', "
-                f"'none' or a tuple of {sorted(names)}."
-            )
-        out.update(names[it])
-    return frozenset(out)
-
-
-@dataclasses.dataclass(frozen=True)
-class RecorderConfig:
-    """Flight-recorder options (``MemWatch(recorder=..., bundle_on=..., ...)``).
-
-    Defaults: bundles on every OOM class; at most 20 bundles and 1 GiB in ``<out_dir>/oom``; one
-    bundle trimmed to 256 MiB (largest optional files first); 2000 timeline rows; census top 20.
-
-    Example::
-
-        >>> from memwatch.runtime.recorder import RecorderConfig, parse_bundle_on
-        >>> cfg = RecorderConfig(bundle_on=parse_bundle_on(("host_oom", "other")), max_bundles=5)
-        >>> sorted(cfg.bundle_on), cfg.max_total_bytes // 2**30
-        (['host_oom', 'other'], 1)
-    """
-
-    enabled: bool = True
-    bundle_on: frozenset[str] = frozenset(OOM_KINDS)
-    max_bundles: int = 20
-    max_bundle_bytes: int = 256 * MIB
-    max_total_bytes: int = 1024 * MIB
-    record_history: bool = False
-    signals: bool = True
-    timeline_rows: int = 2000
-    census_top_n: int = 20
-    #: report.html in each bundle: "full" (charts, plotly.js inlined: about 5 MB), "tables" (a few
-    #: KiB; ``memwatch report BUNDLE`` draws the charts later), "none", or "auto": full, except
-    #: tables for the bundles a distributed job's survivors write when the launcher stops them
-    #: (signal bundles of a rank in a world of more than one: 1,024 of them would be 5 GB).
-    report: str = "auto"
-
-    def __post_init__(self) -> None:
-        if self.report not in REPORT_MODES:
-            raise ConfigError(f"bundle_report={self.report!r}: use one of "
-                              f"{', '.join(map(repr, REPORT_MODES))}.")
-        for name, lo in (("max_bundles", 1), ("max_bundle_bytes", 4096),
-                         ("max_total_bytes", 4096), ("timeline_rows", 0),
-                         ("census_top_n", 0)):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
-                raise ConfigError(f"{name}={v!r} must be an int >= {lo}.")
-        if self.max_total_bytes < self.max_bundle_bytes:
-            raise ConfigError(
-                f"max_total_bytes={self.max_total_bytes} is below max_bundle_bytes="
-                f"{self.max_bundle_bytes}; raise max_total_bytes or lower max_bundle_bytes."
-            )
-
-
 def _utc_stamp(t: float) -> str:
     # Milliseconds keep names unique and in time order when several bundles land in one second.
     d = _dt.datetime.fromtimestamp(t, _dt.timezone.utc)
@@ -154,12 +92,27 @@ def _utc_stamp(t: float) -> str:
 
 
 class FlightRecorder:
-    """Writes OOM bundles for one :class:`memwatch.MemWatch` (created by its ``start()``)."""
+    """Writes OOM bundles for one session (created by ``MemWatch.start()``).
 
-    def __init__(self, session: MemWatch, config: RecorderConfig) -> None:
-        self.session = session
+    Args:
+        config: the recorder's options.
+        view: the session's read-only view (what it captures: samples, limits, the device).
+        on_bundle: called with ``(path, manifest)`` after every committed bundle (the session
+            hands it to its sinks); must not raise.
+        render_report: renders ``report.html`` (None: no report in bundles).
+        ranks: returns ``ranks.json``'s content (rank 0 of a distributed run) or None.
+    """
+
+    def __init__(self, config: RecorderConfig, view: SessionView, *,
+                 on_bundle: Callable[[Path, dict[str, Any]], None] | None = None,
+                 render_report: ReportRenderer | None = None,
+                 ranks: Callable[[], dict[str, Any] | None] | None = None) -> None:
         self.config = config
-        self.oom_root = Path(session.out_dir).absolute() / "oom"  # immune to a later chdir
+        self.view = view
+        self._on_bundle = on_bundle
+        self._render_report = render_report
+        self._ranks = ranks
+        self.oom_root = Path(view.out_dir).absolute() / "oom"  # immune to a later chdir
         self.bundles: list[Path] = []
         self._pid = os.getpid()
         self._lock = threading.Lock()
@@ -167,9 +120,7 @@ class FlightRecorder:
         self._reserve: mmap.mmap | None = None
         self._static_env: dict[str, Any] = {}
         self._seen_ids: collections.deque[int] = collections.deque(maxlen=64)
-        self._prev_excepthook: Any = None
-        self._prev_thread_hook: Any = None
-        self._prev_signals: dict[int, Any] = {}
+        self.hooks = FailureHooks(self.handle_exception, self._on_signal, config.signals)
         self._observer_attached = False
         self._history_on = False
         #: >0 inside ``MemWatch.capture_oom()``: OOMs get a bundle whatever ``bundle_on`` says.
@@ -178,7 +129,6 @@ class FlightRecorder:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
-        cfg = self.config
         try:
             removed = clean_stale(self.oom_root)
             if removed:
@@ -186,23 +136,23 @@ class FlightRecorder:
         except OSError as e:
             log.warning("memwatch: could not clean %s (%s)", self.oom_root, e)
         self._warm_imports()
-        self._static_env = environment_static(self.session)
+        dev = self.view.device
+        self._static_env = environment_static(dev)
         self._arm_reserve()
-        dev = self.session.device
         if dev is not None:
             try:
                 self._observer_attached = bool(dev.attach_oom_observer(self._on_oom))
             except Exception as e:  # noqa: BLE001
                 log.warning("memwatch: OOM observer not attached (%s); bundles are captured "
                             "when the exception arrives instead", e)
-        if dev is not None and cfg.record_history:
+        if dev is not None and self.config.record_history:
             rec = getattr(dev, "record_history", None)
             if rec is not None:
                 try:
                     self._history_on = bool(rec(True))
                 except Exception as e:  # noqa: BLE001
                     log.warning("memwatch: allocation history not recorded (%s)", e)
-        self._install_hooks()
+        self.hooks.install()
         atexit.register(self._atexit)
         self._active = True
 
@@ -221,8 +171,8 @@ class FlightRecorder:
         except Exception:  # noqa: BLE001
             pass
         self._flush_pending()
-        self._uninstall_hooks()
-        dev = self.session.device
+        self.hooks.uninstall()
+        dev = self.view.device
         if dev is not None and self._observer_attached:
             try:
                 dev.detach_oom_observer()
@@ -231,10 +181,15 @@ class FlightRecorder:
             self._observer_attached = False
         if dev is not None and self._history_on:
             try:
-                dev.record_history(False)  # type: ignore[attr-defined]
+                dev.record_history(False)
             except Exception:  # noqa: BLE001
                 pass
         self._release_reserve()
+
+    @property
+    def history_recording(self) -> bool:
+        """The device's allocation history is being recorded (``record_history=True``)."""
+        return self._history_on
 
     def _atexit(self) -> None:
         try:
@@ -248,7 +203,6 @@ class FlightRecorder:
         import json  # noqa: F401
         import pickle  # noqa: F401
 
-        import memwatch.report.html  # noqa: F401
         import memwatch.core.safepickle  # noqa: F401
 
         try:
@@ -273,68 +227,10 @@ class FlightRecorder:
             except Exception:  # noqa: BLE001
                 pass
 
-    # ------------------------------------------------------------------ hooks
-    def _install_hooks(self) -> None:
-        self._prev_excepthook = sys.excepthook
-        sys.excepthook = self._excepthook
-        self._prev_thread_hook = threading.excepthook
-        threading.excepthook = self._thread_excepthook
-        if not self.config.signals or threading.current_thread() is not threading.main_thread():
-            return
-        for name in ("SIGTERM", "SIGUSR1"):
-            signum = getattr(signal, name, None)
-            if signum is None:
-                continue
-            try:
-                self._prev_signals[signum] = signal.getsignal(signum)
-                signal.signal(signum, self._on_signal)
-            except (ValueError, OSError) as e:
-                self._prev_signals.pop(signum, None)
-                log.warning("memwatch: %s handler not installed (%s)", name, e)
-
-    def _uninstall_hooks(self) -> None:
-        # Restore only what is still ours: if something chained on top of us, leave it (our hook
-        # then just forwards, because the recorder is no longer active).
-        if sys.excepthook == self._excepthook:
-            sys.excepthook = self._prev_excepthook
-        if threading.excepthook == self._thread_excepthook:
-            threading.excepthook = self._prev_thread_hook
-        if threading.current_thread() is threading.main_thread():
-            for signum, prev in list(self._prev_signals.items()):
-                try:
-                    if signal.getsignal(signum) == self._on_signal:
-                        signal.signal(signum, prev if prev is not None else signal.SIG_DFL)
-                        del self._prev_signals[signum]
-                except (ValueError, OSError):
-                    pass
-
-    def _excepthook(self, tp: type[BaseException], value: BaseException, tb: Any) -> None:
-        if self._active and value is not None:
-            self.handle_exception(value)
-        prev = self._prev_excepthook or sys.__excepthook__
-        prev(tp, value, tb)
-
-    def _thread_excepthook(self, args: Any) -> None:
-        if self._active and args.exc_value is not None:
-            self.handle_exception(args.exc_value)
-        prev = self._prev_thread_hook or threading.__excepthook__
-        prev(args)
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        prev = self._prev_signals.get(signum)
-        if self._active and os.getpid() == self._pid:
-            name = signal.Signals(signum).name
-            self._dump(f"received {name}", None, trigger="signal")
-        if callable(prev):
-            prev(signum, frame)
-        elif signum == signal.SIGTERM and prev in (signal.SIG_DFL, None):
-            # The default action of SIGTERM is to terminate: do exactly that, after the bundle.
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-        # SIGUSR1's default action would terminate the process; memwatch gives it the meaning
-        # "write a bundle and go on", so a default USR1 handler is not re-raised.
-
     # ------------------------------------------------------------------ triggers
+    def _on_signal(self, name: str) -> None:
+        self._dump(f"received {name}", None, trigger="signal")
+
     def _on_oom(self, device: int, alloc: int, device_total: int, device_free: int) -> None:
         """The allocator's OOM observer: runs inside the failing allocation, pre-unwind."""
         try:
@@ -405,9 +301,11 @@ class FlightRecorder:
             log.warning("memwatch: could not handle %s for a bundle (%s)", type(exc).__name__, e)
             return None
 
-    def dump(self, reason: str, exc: BaseException | None = None) -> Path | None:
-        """Write a bundle now (``trigger="manual"``); with ``exc``, include its exception.json."""
-        return self._dump(reason, exc, trigger="manual")
+    def dump(self, reason: str, exc: BaseException | None = None,
+             trigger: str = "manual") -> Path | None:
+        """Write a bundle now (``trigger``: "manual", or "watchdog" when the watchdog asks);
+        with ``exc``, include its exception.json."""
+        return self._dump(reason, exc, trigger=trigger)
 
     def _dump(self, reason: str, exc: BaseException | None, trigger: str) -> Path | None:
         try:
@@ -434,6 +332,11 @@ class FlightRecorder:
         self._write("oom_observer", "the exception did not reach memwatch (caught by the "
                     "program, or the process exited first)", None, None, pend)
 
+    def has_pending(self) -> bool:
+        """An OOM was captured before the unwind and nobody claimed it yet."""
+        pend = self._pending
+        return pend is not None and not pend.claimed
+
     def take_pending(self) -> Capture | None:
         """Claim the unclaimed pre-unwind OOM capture, if any, so no bundle is written for it.
 
@@ -459,9 +362,10 @@ class FlightRecorder:
             self._flush_pending()
 
     def _capture(self, pre_unwind: bool, observer: dict[str, int] | None) -> Capture:
-        return capture(self.session, pre_unwind, observer, self.config.timeline_rows,
+        return capture(self.view, pre_unwind, observer, self.config.timeline_rows,
                        self.config.census_top_n)
 
+    # ------------------------------------------------------------------ writing
     def _write(self, trigger: str, reason: str | None, exc: BaseException | None,
                cls: Classification | None, cap: Capture) -> Path | None:
         if not self._lock.acquire(blocking=False):
@@ -470,8 +374,8 @@ class FlightRecorder:
         w: BundleWriter | None = None
         try:
             self._release_reserve()
-            s = self.session
-            rank = s.rank.get("rank", 0)
+            v = self.view
+            rank = v.rank.get("rank", 0)
             name = f"{_utc_stamp(cap.wall)}-{host_name()}-rank{rank}-pid{os.getpid()}"
             w = BundleWriter(self.oom_root, name)
             if exc is not None:
@@ -479,7 +383,7 @@ class FlightRecorder:
             elif cap.observer is not None:
                 w.write_json("exception.json", {
                     "type": None, "message": None, "classification": "cuda_oom",
-                    "numbers": {k: v for k, v in cap.observer.items() if k != "device"},
+                    "numbers": {k: val for k, val in cap.observer.items() if k != "device"},
                     "traceback": None, "note": reason,
                 })
             w.write_json("memory.json", {
@@ -488,12 +392,13 @@ class FlightRecorder:
                 "captured_at_unix": cap.wall,
                 "captured_on_thread": cap.thread, "capture_errors": cap.errors,
             })
-            w.write_json("environment.json", environment(s, self._static_env, self._history_on))
+            w.write_json("environment.json",
+                         environment(self._static_env, v.rank, self._history_on))
             w.write_json("findings.json", redact_obj(cap.findings))
             w.write_jsonl("timeline.jsonl", timeline_records(cap))
             if cap.census is not None:
                 w.write_json("census.json", redact_obj(cap.census))
-            ranks = ranks_doc(s)
+            ranks = self._ranks() if self._ranks is not None else None
             if ranks is not None:
                 w.write_json("ranks.json", redact_obj(ranks))
             if cap.memory_stats is not None or cap.snapshot is not None:
@@ -515,11 +420,11 @@ class FlightRecorder:
                 "host": host_name(),
                 "pid": os.getpid(),
                 "rank": rank,
-                "local_rank": s.rank.get("local_rank", 0),
-                "world_size": s.rank.get("world_size", 1),
-                "job": dict(getattr(s, "job", None) or {}),
-                "step": s.step_count,
-                "epoch": s.epoch,
+                "local_rank": v.rank.get("local_rank", 0),
+                "world_size": v.rank.get("world_size", 1),
+                "job": dict(v.job or {}),
+                "step": v.step_count,
+                "epoch": v.epoch,
             }
             self._write_report(w, manifest)
             w.trim(self.config.max_bundle_bytes)
@@ -532,9 +437,8 @@ class FlightRecorder:
             except OSError as e:
                 log.warning("memwatch: bundle retention failed (%s)", e)
             log.warning("memwatch: %s bundle written to %s", trigger, path)
-            hook = getattr(s, "_bundle_written", None)
-            if hook is not None:  # the session's sinks (W&B artifact...); they never raise
-                hook(path, manifest)
+            if self._on_bundle is not None:  # the session's sinks (W&B artifact...)
+                self._on_bundle(path, manifest)
             return path
         except Exception as e:  # noqa: BLE001
             log.warning("memwatch: bundle not written (%s: %s)", type(e).__name__, e)
@@ -550,22 +454,18 @@ class FlightRecorder:
         mode = self.config.report
         if mode != "auto":
             return mode
-        world = self.session.rank.get("world_size", 1)
+        world = self.view.rank.get("world_size", 1)
         return "tables" if trigger == "signal" and world > 1 else "full"
 
-    def _write_report(self, w: BundleWriter, manifest: dict[str, Any]) -> None:
-        from memwatch.bundle import SCHEMA_VERSION, Bundle
-        from memwatch.report.html import render_bundle_html
-
+    def _write_report(self, w: BundleWriter, manifest: Mapping[str, Any]) -> None:
         mode = self.report_mode(str(manifest.get("trigger")))
-        if mode == "none":
+        if mode == "none" or self._render_report is None:
             return
         files = w.sizes()
         preview = {"schema_version": SCHEMA_VERSION, "name": w.name, **manifest, "files": files,
                    "bytes": sum(files.values())}
         try:
-            w.write_text("report.html", render_bundle_html(Bundle(w.tmp, preview),
-                                                           str(w.root / w.name),
-                                                           with_charts=mode == "full"))
+            w.write_text("report.html", self._render_report(Bundle(w.tmp, preview),
+                                                            str(w.root / w.name), mode == "full"))
         except Exception as e:  # noqa: BLE001
             w.errors["report.html"] = f"{type(e).__name__}: {e}"

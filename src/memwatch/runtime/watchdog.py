@@ -44,14 +44,13 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memwatch.core.errors import ConfigError
+from memwatch.core.findings import Finding
+from memwatch.core.protocols import SessionView
 from memwatch.core.units import fmt_bytes
-
-if TYPE_CHECKING:
-    from memwatch.core.findings import Finding
-    from memwatch.session import MemWatch
+from memwatch.probes.procfs import rss_now
 
 __all__ = ["ACTIONS", "DEFAULT_METRICS", "Alert", "Watchdog", "WatchdogConfig", "parse_watchdog"]
 
@@ -186,11 +185,23 @@ class Alert:
 
 
 class Watchdog:
-    """Checks thresholds and forecasts for one session and runs the configured actions."""
+    """Checks thresholds and forecasts for one session and runs the configured actions.
 
-    def __init__(self, session: MemWatch, config: WatchdogConfig) -> None:
-        self.session = session
+    Args:
+        config: thresholds and actions.
+        view: the session's read-only view (latest sample, limits, step, device).
+        dump: writes a bundle for the ``"bundle"`` action (the flight recorder's); returns its
+            path or None.
+        stop: asks the run to stop gracefully, with the reason (the ``"stop"`` action).
+    """
+
+    def __init__(self, config: WatchdogConfig, view: SessionView, *,
+                 dump: Callable[[str], Path | None] | None = None,
+                 stop: Callable[[str], None] | None = None) -> None:
+        self.view = view
         self.config = config
+        self._dump = dump
+        self._stop = stop
         self.alerts: collections.deque[Alert] = collections.deque(maxlen=256)
         self.cleanups: list[dict[str, float]] = []
         self._state: dict[str, int] = {}
@@ -204,13 +215,13 @@ class Watchdog:
     def _current_limits(self) -> dict[str, float]:
         now = time.monotonic()
         if now - self._limits_at > _LIMITS_REFRESH_S:
-            self._limits = self.session.limits()
+            self._limits = self.view.limits()
             self._limits_at = now
         return self._limits
 
     def utilization(self) -> dict[str, tuple[float, str, float, float]]:
         """Per scope: (utilization, metric, value, limit) of the fullest metric with a limit."""
-        latest = self.session.latest()
+        latest = self.view.latest()
         out: dict[str, tuple[float, str, float, float]] = {}
         for metric, limit in self._current_limits().items():
             if metric not in self.config.metrics:
@@ -243,8 +254,10 @@ class Watchdog:
                 msg = (f"{scope} memory at {u * 100:.1f}% of its limit ({metric} "
                        f"{fmt_bytes(value)} of {fmt_bytes(limit)}; {level} threshold "
                        f"{(cfg.critical if new == 2 else cfg.warning) * 100:.0f}%)")
-                alert = Alert(level, scope, metric, msg, self.session.step_count, value, limit, u)
-                self._act(alert, cfg.on_critical if new == 2 else cfg.on_warning)
+                alert = Alert(level, scope, metric, msg, self.view.step_count, value, limit, u)
+                reason = (f"{scope} memory at {u * 100:.0f}% of its limit ({level} threshold "
+                          f"{(cfg.critical if new == 2 else cfg.warning) * 100:.0f}%)")
+                self._act(alert, cfg.on_critical if new == 2 else cfg.on_warning, reason)
                 fired.append(alert)
             self._state[scope] = new
         return fired
@@ -267,26 +280,29 @@ class Watchdog:
                 continue
             eta = f" (about {steps:.0f} steps to OOM)" if steps is not None else ""
             alert = Alert("forecast", f.metric.split(".", 1)[0], f.metric,
-                          f"{f.kind} on {f.metric}{eta}: {f.message}", self.session.step_count,
+                          f"{f.kind} on {f.metric}{eta}: {f.message}", self.view.step_count,
                           finding=f.to_dict())
-            self._act(alert, cfg.on_forecast)
+            if f.kind == "near_oom":
+                reason = f"{f.metric} peaked near its limit (near_oom)"
+            else:
+                reason = f"out of memory is forecast: {f.kind} on {f.metric}{eta}"
+            self._act(alert, cfg.on_forecast, reason)
             fired.append(alert)
         self._forecast_active = current
         return fired
 
     # ------------------------------------------------------------------ actions
-    def _act(self, alert: Alert, actions: tuple[str, ...]) -> None:
+    def _act(self, alert: Alert, actions: tuple[str, ...], reason: str) -> None:
         alert.actions = list(actions)
         if "cleanup" in actions:
             alert.freed_bytes = self.cleanup()
             if alert.freed_bytes is not None:
                 alert.message += "; cleanup freed " + ", ".join(
                     f"{k} {fmt_bytes(v)}" for k, v in alert.freed_bytes.items())
-        if "bundle" in actions and self.session.recorder is not None:
-            alert.bundle = self.session.recorder._dump(
-                f"watchdog {alert.level}: {alert.message}", None, trigger="watchdog")
-        if "stop" in actions:
-            self.session.should_stop = True
+        if "bundle" in actions and self._dump is not None:
+            alert.bundle = self._dump(f"watchdog {alert.level}: {alert.message}")
+        if "stop" in actions and self._stop is not None:
+            self._stop(reason)
             alert.message += "; asked the run to stop gracefully (should_stop=True)"
         self.alerts.append(alert)
         if "alert" in actions:
@@ -308,13 +324,11 @@ class Watchdog:
 
     def _readings(self) -> dict[str, float]:
         out: dict[str, float] = {}
-        dev = self.session.device
+        dev = self.view.device
         if dev is not None:
             vals = dict(zip(dev.fast_keys, dev.read_fast(), strict=False))
             if "device.reserved" in vals:
                 out["device.reserved"] = float(vals["device.reserved"])
-        from memwatch.runtime.capture import rss_now
-
         rss = rss_now()
         if rss is not None:
             out["host.rss"] = float(rss)
@@ -330,7 +344,7 @@ class Watchdog:
         before = self._readings()
         t0 = time.perf_counter()
         gc.collect()
-        dev = self.session.device
+        dev = self.view.device
         if dev is not None:
             dev.empty_cache()
         after = self._readings()

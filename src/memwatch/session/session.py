@@ -1,105 +1,49 @@
 """``MemWatch``: the one object that integrations and users drive.
 
-Lifecycle: construct (validates configuration, raises :class:`memwatch.core.errors.ConfigError`) →
-``start()`` (opens probes, starts the background sampler) → ``step()`` once per optimizer step →
-``end_epoch()`` at every epoch end (verdicts) → ``close()`` (idempotent).
+Lifecycle: construct (validates the options into a :class:`memwatch.WatchConfig`, raises
+:class:`memwatch.ConfigError`) → ``start()`` (opens probes, starts the background sampler) →
+``step()`` once per optimizer step → ``end_epoch()`` at every epoch end (a *check*: verdicts) →
+``close()`` (idempotent).
 
 After ``start()`` nothing in here raises into the training loop: a failing component logs one
-warning naming the cause and disables itself.
+warning naming the cause and disables itself. The runtime parts (flight recorder, watchdog, rank
+exchange) get a read-only view of this session and explicit callbacks, never the session.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
-import re
 import sys
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from memwatch.analysis.context import CheckContext
 from memwatch.core.errors import ConfigError
-from memwatch.core.findings import Finding
+from memwatch.core.findings import Finding, Origin
+from memwatch.core.protocols import CheckReport
 from memwatch.probes.base import DeviceProbe, Probe
-from memwatch.runtime.recorder import FlightRecorder, RecorderConfig, parse_bundle_on
-from memwatch.timeline.sampler import BackgroundSampler, SlowReader
-from memwatch.sinks.base import SinkSet, validate_sinks  # protocol only: no upward imports
+from memwatch.runtime.dispatch import SinkSet
+from memwatch.runtime.exchange import rank_info
+from memwatch.runtime.recorder import FlightRecorder
+from memwatch.runtime.schedule import Schedule
+from memwatch.runtime.watchdog import Watchdog
+from memwatch.session.checkpoint import MAX_FINDINGS, Checkpointing
+from memwatch.session.config import WatchConfig
+from memwatch.session.probes import NanProbe, open_probes, resolve_device
 from memwatch.timeline import EpochSummary, Timeline
-from memwatch.runtime.watchdog import Watchdog, parse_watchdog
+from memwatch.timeline.sampler import BackgroundSampler, SlowReader
 
 log = logging.getLogger("memwatch")
 
-#: ``MemWatch.findings`` keeps at most this many (the most recent).
-MAX_FINDINGS = 1000
-
-_DEVICE_RE = re.compile(r"^(auto|cpu|cuda|mps)(?::(\d+))?$")
-DEVICE_CHOICES = "None/'auto', 'cpu', 'cuda', 'cuda:N', 'mps', or a probe such as FakeDevice"
+__all__ = ["MAX_FINDINGS", "MemWatch", "SessionReader", "rank_info", "watch"]
 
 
-def _validate_device(device: Any) -> Any:
-    if device is None:
-        return "auto"
-    if isinstance(device, str):
-        m = _DEVICE_RE.match(device.strip().lower())
-        if not m or (m.group(2) is not None and m.group(1) != "cuda"):
-            raise ConfigError(
-                f"device={device!r} is not understood; use {DEVICE_CHOICES}."
-            )
-        return device.strip().lower()
-    if type(device).__name__ == "device" and type(device).__module__.startswith("torch"):
-        return _validate_device(str(device))
-    if hasattr(device, "read_fast") and hasattr(device, "fast_keys"):
-        return device
-    raise ConfigError(f"device={device!r} is not understood; use {DEVICE_CHOICES}.")
-
-
-def _positive(name: str, value: float, fix: str) -> float:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0 or (
-        isinstance(value, float) and math.isinf(value)
-    ):
-        raise ConfigError(f"{name}={value!r} must be a positive number; {fix}.")
-    return value
-
-
-def _tracemalloc_frames(value: Any) -> int:
-    """``tracemalloc=`` as a frame count: 0 (off), the default for True, or the int given."""
-    from memwatch.analysis.allocations import DEFAULT_FRAMES, MAX_FRAMES
-
-    if value is False:
-        return 0
-    if value is True:
-        return DEFAULT_FRAMES
-    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_FRAMES:
-        return value
-    raise ConfigError(
-        f"tracemalloc={value!r} is not understood; use False (off), True (trace Python "
-        f"allocations with {DEFAULT_FRAMES} frames each) or the number of frames to keep, an "
-        f"int from 1 to {MAX_FRAMES} (more frames cost more per allocation)."
-    )
-
-
-def rank_info() -> dict[str, int]:
-    """Rank, local rank and world size: from torch.distributed when initialised, else env."""
-    info = {
-        "rank": int(os.environ.get("RANK", "0") or 0),
-        "local_rank": int(os.environ.get("LOCAL_RANK", "0") or 0),
-        "world_size": int(os.environ.get("WORLD_SIZE", "1") or 1),
-    }
-    dist = sys.modules.get("torch.distributed")
-    try:
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            info["rank"] = dist.get_rank()
-            info["world_size"] = dist.get_world_size()
-    except Exception:  # noqa: BLE001
-        pass
-    return info
-
-
-class MemWatch:
+class MemWatch(Checkpointing):
     """Watches memory during training and turns samples into verdicts.
 
     Args:
@@ -113,7 +57,8 @@ class MemWatch:
         capacity: raw samples kept in the ring (rows); memory is ``capacity * metrics * 8`` bytes.
         buckets_per_epoch: bucket summaries kept per epoch (even, >= 4).
         total_steps: the run's planned number of optimizer steps, if known (forecast horizon).
-        analyze: run the analyzer at every ``end_epoch()``.
+        analyze: run the analyzer at every ``end_epoch()``. ``mw.analyzer`` is the analyzer
+            (any object with ``check(summary, context) -> list[Finding]`` may replace it).
         census: tensor census at epoch ends: ``"auto"`` (when cheap or when growth is suspected),
             ``"always"`` or ``"never"``.
         recorder: write OOM bundles under ``<out_dir>/oom/`` (see ``docs/flight-recorder.md``).
@@ -129,11 +74,15 @@ class MemWatch:
             stops them with a signal). ``memwatch report BUNDLE`` draws the charts later.
         signals: SIGTERM/SIGUSR1 write a bundle, then go to the previous handler.
         watchdog: ``True`` (defaults), ``False``, a dict or a
-            :class:`memwatch.runtime.watchdog.WatchdogConfig` (thresholds and actions).
+            :class:`memwatch.WatchdogConfig` (thresholds and actions).
         sinks: objects following :class:`memwatch.sinks.Sink` (W&B, Prometheus, JSONL...): they
             get the latest sample every ``log_every_n_steps`` steps, the findings at every epoch
-            end and every bundle written; one that fails is disabled after one warning.
+            end and every bundle written; one that fails is disabled after one warning. A
+            :class:`memwatch.sinks.SinkSet` is shared as it is (its owner closes it).
         log_every_n_steps: how often the sinks get a sample (optimizer steps).
+        stage: the loop this session watches: ``"train"`` (default), or ``"val"``, ``"test"``,
+            ``"predict"`` for an evaluation session beside training (its findings say so; it
+            sends no per-step samples to the sinks).
         tracemalloc: trace Python allocations (``True``: 8 frames each, or the number of
             frames) and diff them by allocation site at every epoch end, so that a leak of plain
             Python objects (lists of dicts, string logs, caches of bytes or arrays) is named by
@@ -178,98 +127,145 @@ class MemWatch:
         signals: bool = True,
         bundle_report: str = "auto",
         watchdog: Any = True,
-        sinks: Sequence[Any] | None = None,
+        sinks: Sequence[Any] | SinkSet | None = None,
         log_every_n_steps: int = 50,
         tracemalloc: bool | int = False,
+        stage: str = "train",
     ) -> None:
-        self._device_spec = _validate_device(device)
-        self.host = bool(host)
-        self.workers = bool(workers)
-        self.out_dir = os.fspath(out_dir)
-        if not self.out_dir:
-            raise ConfigError("out_dir='' is empty; pass a directory path such as 'memwatch'.")
-        self.interval_s = float(_positive("interval_s", interval_s, "for example 1.0 (seconds)"))
-        if not isinstance(capacity, int) or capacity < 16:
-            raise ConfigError(
-                f"capacity={capacity!r} must be an int >= 16 (rows kept in the ring)."
-            )
-        self.capacity = capacity
-        if not isinstance(buckets_per_epoch, int) or buckets_per_epoch < 4 or buckets_per_epoch % 2:
-            raise ConfigError(
-                f"buckets_per_epoch={buckets_per_epoch!r} must be an even int >= 4, e.g. 256."
-            )
-        self.buckets_per_epoch = buckets_per_epoch
-        if total_steps is not None:
-            _positive("total_steps", total_steps, "or None when the run length is unknown")
-        self.total_steps = total_steps
-        if census not in ("auto", "always", "never"):
-            raise ConfigError(f"census={census!r}: use 'auto', 'always' or 'never'.")
-        self.census_mode = census
-        self.analyze = bool(analyze)
-        self._analyzer_config = analyzer_config
-        if distributed not in ("auto", "off"):
-            raise ConfigError(f"distributed={distributed!r}: use 'auto' (exchange per-rank "
-                              "summaries at epoch ends when torch.distributed is initialised) "
-                              "or 'off'.")
-        self.distributed = distributed
-        self.exchange_timeout_s = float(_positive("exchange_timeout_s", exchange_timeout_s,
-                                                  "for example 60 (seconds)"))
-        self._exchange: Any = None
-        #: On rank 0 after each epoch end: one summary per rank (None for a rank that did not
-        #: answer); empty after an epoch end without an exchange (none yet, or it broke), so
-        #: loggers never log the same figures twice. See memwatch.runtime.exchange.
-        self.rank_summaries: list[Any] = []
-        #: On rank 0: each rank's latest summary ever received (None: never), for ranks.json.
-        self.rank_last_seen: list[Any] = []
-        #: Which job this process belongs to (``id``, ``source``, ``attempt``): from the launcher's
-        #: environment, agreed across ranks at start when running distributed. Recorded in every
-        #: bundle so ``memwatch ls`` can group the bundles of one job's ranks.
-        self.job: dict[str, Any] = {"id": None, "source": None, "attempt": None}
-        self._recorder_config = RecorderConfig(
-            enabled=bool(recorder), bundle_on=parse_bundle_on(bundle_on),
-            max_bundles=max_bundles, max_bundle_bytes=max_bundle_bytes,
-            max_total_bytes=max_total_bytes, record_history=bool(record_history),
-            signals=bool(signals), report=bundle_report,
-        )
-        self._watchdog_config = parse_watchdog(watchdog)
+        self._init(WatchConfig(
+            device=device, host=host, workers=workers, out_dir=out_dir, interval_s=interval_s,
+            capacity=capacity, buckets_per_epoch=buckets_per_epoch, total_steps=total_steps,
+            analyze=analyze, census=census, analyzer_config=analyzer_config,
+            distributed=distributed, exchange_timeout_s=exchange_timeout_s, recorder=recorder,
+            bundle_on=bundle_on, max_bundles=max_bundles, max_bundle_bytes=max_bundle_bytes,
+            max_total_bytes=max_total_bytes, record_history=record_history, signals=signals,
+            bundle_report=bundle_report, watchdog=watchdog, sinks=sinks,
+            log_every_n_steps=log_every_n_steps, tracemalloc=tracemalloc, stage=stage))
+
+    @classmethod
+    def from_config(cls, config: WatchConfig) -> MemWatch:
+        """A session with this configuration (``MemWatch(**options)`` builds one too)."""
+        mw = cls.__new__(cls)
+        mw._init(config)
+        return mw
+
+    def _init(self, config: WatchConfig) -> None:
+        #: The validated options (a frozen :class:`memwatch.WatchConfig`).
+        self.config = config
+        #: The run's planned number of optimizer steps (the forecast horizon); integrations set
+        #: it from the framework when the user did not.
+        self.total_steps: int | None = config.total_steps
+        shared = isinstance(config.sinks, SinkSet)
+        self._sinks = config.sinks if isinstance(config.sinks, SinkSet) else SinkSet(config.sinks)
+        self._owns_sinks = not shared
+        #: Set by the watchdog's "stop" action (with :attr:`stop_reason`); integrations map it to
+        #: their framework's stop flag, a plain loop checks it.
+        self.should_stop = False
+        self.stop_reason: str | None = None
         self.recorder: FlightRecorder | None = None
         self.watchdog: Watchdog | None = None
-        #: Set by the watchdog's "stop" action; integrations map it to their framework's flag.
-        self.should_stop = False
-        # step() compares one int with this: the watchdog/recorder tick runs every N steps only.
-        self._tick_due = sys.maxsize
-        self._tick_every = (self._watchdog_config.every_n_steps
-                            if self._watchdog_config is not None else 50)
-        if not isinstance(log_every_n_steps, int) or isinstance(log_every_n_steps, bool) or \
-                log_every_n_steps < 1:
-            raise ConfigError(f"log_every_n_steps={log_every_n_steps!r} must be an int >= 1 "
-                              "(how often the sinks get a sample), e.g. 50.")
-        self.log_every_n_steps = log_every_n_steps
-        #: Frames kept per traced allocation; 0 when ``tracemalloc=False``.
-        self.tracemalloc_frames = _tracemalloc_frames(tracemalloc)
-        self._tracer: Any = None  # analysis.allocations.AllocationTracer while tracing
-        self._sinks = SinkSet(validate_sinks(sinks))
-        # _tick_due is the earlier of these two: step() still compares a single int.
-        self._watch_due = sys.maxsize
-        self._sink_due = sys.maxsize
-
+        #: The analyzer (None when ``analyze=False`` or it failed to start).
+        self.analyzer: Any = None
         self.device: DeviceProbe | None = None
         self.probes: list[Probe] = []
         self.timeline: Timeline | None = None
         self.findings: list[Finding] = []
         self.epoch = 0
         self.step_count = 0
+        self.checks = 0
         self.rank = rank_info()
+        #: Which job this process belongs to (``id``, ``source``, ``attempt``): from the launcher's
+        #: environment, agreed across ranks at start when running distributed. Recorded in every
+        #: bundle so ``memwatch ls`` can group the bundles of one job's ranks.
+        self.job: dict[str, Any] = {"id": None, "source": None, "attempt": None}
+        #: On rank 0 after each check: one summary per rank (None for a rank that did not
+        #: answer); empty after a check without an exchange (none yet, or it broke), so loggers
+        #: never log the same figures twice. See memwatch.runtime.exchange.
+        self.rank_summaries: list[Any] = []
+        #: On rank 0: each rank's latest summary ever received (None: never), for ranks.json.
+        self.rank_last_seen: list[Any] = []
+        #: Components turned off after an error: name -> cause.
         self.disabled: dict[str, str] = {}
+        self.view = SessionReader(self)
         self._fast_probes: list[Probe] = []
         self._slow: SlowReader | None = None
         self._sampler: BackgroundSampler | None = None
-        self._analyzer: Any = None
+        self._tracer: Any = None  # analysis.allocations.AllocationTracer while tracing
+        self._exchange: Any = None  # runtime.exchange.RankExchange when distributed
+        self._schedule = Schedule()
+        self._next_due = sys.maxsize  # step() compares one int with this
         self._running = False
         self._closed = False
         self._pid = os.getpid()
         # A checkpoint's state given before start(): applied there (see load_state_dict).
         self._pending_state: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ options
+    @property
+    def host(self) -> bool:
+        return bool(self.config.host)
+
+    @property
+    def workers(self) -> bool:
+        return bool(self.config.workers)
+
+    @property
+    def out_dir(self) -> str:
+        return str(self.config.out_dir)
+
+    @property
+    def interval_s(self) -> float:
+        return float(self.config.interval_s)
+
+    @property
+    def capacity(self) -> int:
+        return self.config.capacity
+
+    @property
+    def buckets_per_epoch(self) -> int:
+        return self.config.buckets_per_epoch
+
+    @property
+    def analyze(self) -> bool:
+        return bool(self.config.analyze)
+
+    @property
+    def census_mode(self) -> str:
+        return self.config.census
+
+    @property
+    def distributed(self) -> str:
+        return self.config.distributed
+
+    @property
+    def exchange_timeout_s(self) -> float:
+        return float(self.config.exchange_timeout_s)
+
+    @property
+    def log_every_n_steps(self) -> int:
+        return self.config.log_every_n_steps
+
+    @property
+    def tracemalloc_frames(self) -> int:
+        """Frames kept per traced allocation; 0 when ``tracemalloc=False``."""
+        return self.config.tracemalloc_frames
+
+    @property
+    def stage(self) -> str:
+        return self.config.stage
+
+    @property
+    def sinks(self) -> SinkSet:
+        """Where samples, findings and bundles go (one fan-out, one failure rule)."""
+        return self._sinks
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> MemWatch:
@@ -278,24 +274,14 @@ class MemWatch:
             return self
         if self._closed:
             raise ConfigError("this MemWatch was closed; create a new one to watch again.")
-        self.device = self._resolve_device()
-        probes: list[Probe] = []
-        if self.device is not None:
-            probes.append(self.device)
-        if self.host:
-            from memwatch.probes.host import HostProbe
-
-            probes.append(HostProbe())
-        if self.workers:
-            from memwatch.probes.workers import WorkersProbe
-
-            probes.append(WorkersProbe())
-        self.probes = probes
-        self._fast_probes = [p for p in probes if p.fast_keys]
-        self._slow = SlowReader([p for p in probes if p.slow_keys], self._probe_failed)
+        cfg = self.config
+        self.device = resolve_device(cfg.device_spec)
+        self.probes = open_probes(self.device, self.host, self.workers)
+        self._fast_probes = [p for p in self.probes if p.fast_keys]
+        self._slow = SlowReader([p for p in self.probes if p.slow_keys], self._probe_failed)
         keys = [k for p in self._fast_probes for k in p.fast_keys] + list(self._slow.keys)
-        self.timeline = Timeline(keys, capacity=self.capacity,
-                                 buckets_per_epoch=self.buckets_per_epoch)
+        self.timeline = Timeline(keys, capacity=cfg.capacity,
+                                 buckets_per_epoch=cfg.buckets_per_epoch)
         self._slow.poll()  # values exist from the first step on
         self._sampler = BackgroundSampler(self._slow, self.interval_s)
         self._sampler.start()
@@ -314,7 +300,7 @@ class MemWatch:
         return self
 
     def _start_exchange(self) -> None:
-        """Per-rank summaries at epoch ends (never per step) when running distributed."""
+        """Per-rank summaries at checks (never per step) when running distributed."""
         self.rank = rank_info()  # torch.distributed may have been initialised after __init__
         from memwatch.runtime.exchange import RankExchange, dist_ready, job_identity
 
@@ -333,84 +319,65 @@ class MemWatch:
         except Exception as e:  # noqa: BLE001
             self._disable("rank exchange", e)
 
-    def _resolve_device(self) -> DeviceProbe | None:
-        spec = self._device_spec
-        if not isinstance(spec, str):
-            return spec  # type: ignore[no-any-return]
-        if spec == "cpu":
-            return None
-        name, _, idx = spec.partition(":")
-        if spec == "auto":
-            # Never import torch just to look: a run that trains with torch has imported it.
-            torch = sys.modules.get("torch")
-            if torch is None:
-                return None
-            try:
-                if torch.cuda.is_available():
-                    from memwatch.probes.cuda import CudaProbe
-
-                    return CudaProbe()
-                if hasattr(torch.backends, "mps") and torch.backends.mps.is_available():
-                    from memwatch.probes.mps import MpsProbe
-
-                    return MpsProbe()
-            except Exception as e:  # noqa: BLE001
-                log.warning("memwatch: no accelerator probe (%s); watching host only", e)
-            return None
-        try:
-            if name == "cuda":
-                from memwatch.probes.cuda import CudaProbe
-
-                return CudaProbe(int(idx) if idx else None)
-            from memwatch.probes.mps import MpsProbe
-
-            return MpsProbe()
-        except (ImportError, RuntimeError) as e:
-            raise ConfigError(
-                f"device={spec!r} was asked for but is not usable here ({e}); use device=None to "
-                "pick whatever is available, or device='cpu' to watch host memory only."
-            ) from e
-
     def _start_recorder_and_watchdog(self) -> None:
-        if self._recorder_config.enabled:
+        rcfg = self.config.recorder_config
+        if rcfg.enabled:
+            from memwatch.report.html import render_bundle_html
+
             try:
-                self.recorder = FlightRecorder(self, self._recorder_config)
+                self.recorder = FlightRecorder(rcfg, self.view, on_bundle=self._sinks.bundle,
+                                               render_report=render_bundle_html,
+                                               ranks=self._ranks_doc)
                 self.recorder.start()
             except Exception as e:  # noqa: BLE001
                 self.recorder = None
                 self._disable("flight recorder", e)
-        if self._watchdog_config is not None:
-            self.watchdog = Watchdog(self, self._watchdog_config)
-        if self.recorder is not None or self.watchdog is not None:
-            self._watch_due = self.step_count + self._tick_every
-        self._schedule_sinks()
+        wcfg = self.config.watchdog_config
+        if wcfg is not None:
+            self.watchdog = Watchdog(wcfg, self.view, dump=self._watchdog_dump,
+                                     stop=self.request_stop)
+        self._plan()
 
-    def _schedule_sinks(self) -> None:
-        if self._sinks:
+    def _plan(self) -> None:
+        """(Re)schedule the periodic work from the current step count."""
+        s, n = self._schedule, self.step_count
+        s.clear()
+        if self.recorder is not None or self.watchdog is not None:
+            wcfg = self.config.watchdog_config
+            s.add("watch", wcfg.every_n_steps if wcfg is not None else 50, self._watch, n)
+        if self._sinks and self.stage == "train":
             # Multiples of N, so the logged steps stay aligned across a resume.
-            n = self.log_every_n_steps
-            self._sink_due = (self.step_count // n + 1) * n
-        self._tick_due = min(self._watch_due, self._sink_due)
+            s.add("sinks", self.log_every_n_steps, self._sink_sample, n, aligned=True)
+        self._next_due = s.next_due
 
     def add_sink(self, sink: Any) -> None:
         """Add a :class:`memwatch.sinks.Sink` (integrations call this once they found a logger)."""
         self._sinks.add(sink)
         if self._running:
-            self._schedule_sinks()
+            self._plan()
 
-    def _tick(self) -> None:
-        """Every N steps, on the training thread: sinks, watchdog, unclaimed OOM captures."""
-        n = self.step_count
-        if n >= self._sink_due:
-            every = self.log_every_n_steps
-            self._sink_due = (n // every + 1) * every
-            if n % every == 0:  # not after a jump (a resume that restored step_count)
-                self._sinks.metrics(n, self.latest())
-        self._tick_due = min(self._watch_due, self._sink_due)
-        if n < self._watch_due:
-            return
-        self._watch_due = n + self._tick_every
-        self._tick_due = min(self._watch_due, self._sink_due)
+    def request_stop(self, reason: str) -> None:
+        """Ask the run to stop gracefully (the watchdog's ``"stop"`` action): sets
+        :attr:`should_stop` and :attr:`stop_reason` (the first reason is kept)."""
+        if not self.should_stop:
+            self.stop_reason = reason
+        self.should_stop = True
+
+    def _watchdog_dump(self, reason: str) -> Path | None:
+        return self.recorder.dump(reason, trigger="watchdog") if self.recorder else None
+
+    def _ranks_doc(self) -> dict[str, Any] | None:
+        from memwatch.bundle.documents import ranks_doc
+
+        ex = self._exchange
+        return ranks_doc(self.rank_last_seen, self.job, getattr(ex, "missing", None) or [],
+                         getattr(ex, "broken", None))
+
+    def _sink_sample(self, step: int) -> None:
+        self._sinks.metrics(step, self.latest())
+
+    def _watch(self, step: int) -> None:
+        """Every N steps, on the training thread: unclaimed OOM captures, the watchdog."""
         try:
             if self.recorder is not None:
                 self.recorder.on_step_boundary()
@@ -423,15 +390,13 @@ class MemWatch:
     def _start_analyzer(self) -> None:
         try:
             from memwatch.analysis import Analyzer
-        except ImportError:
-            return
-        try:
-            self._analyzer = Analyzer(self, self._analyzer_config)
+
+            self.analyzer = Analyzer(self.config.analyzer_config)
         except Exception as e:  # noqa: BLE001
             self._disable("analyzer", e)
 
     def _start_tracer(self) -> None:
-        if self._analyzer is None:
+        if self.analyzer is None:
             log.info("memwatch: tracemalloc=%r does nothing without the analyzer (analyze=False "
                      "or it failed to start): only the analyzer reads it; not tracing",
                      self.tracemalloc_frames)
@@ -463,9 +428,11 @@ class MemWatch:
         self._running = False
         if os.getpid() != self._pid:
             return  # a forked child owns none of this
-        self._tick_due = sys.maxsize
-        if self._sinks:
-            self._close_sinks()
+        self._schedule.clear()
+        self._next_due = sys.maxsize
+        self._final_bundle()
+        if self._sinks and self._owns_sinks:
+            self._sinks.close()
         if self.recorder is not None:
             try:
                 self.recorder.close()
@@ -483,15 +450,25 @@ class MemWatch:
             except Exception:  # noqa: BLE001
                 log.debug("memwatch: probe %s failed to close", p.name, exc_info=True)
 
+    def _final_bundle(self) -> None:
+        # Before the recorder closes: an exception in flight gets its bundle first (the sinks
+        # should see it), and a sink may ask for an end-of-run bundle (report + snapshot).
+        if not self._sinks or self.recorder is None:
+            return
+        try:
+            in_flight = sys.exc_info()[1]
+            if in_flight is not None:
+                self.recorder.handle_exception(in_flight)
+            elif self._sinks.wants_final_bundle():
+                self.recorder.dump("end of run (report and snapshot for the sinks)")
+        except Exception as e:  # noqa: BLE001
+            log.debug("memwatch: no end-of-run bundle (%s)", e)
+
     def __enter__(self) -> MemWatch:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    @property
-    def running(self) -> bool:
-        return self._running
 
     # ------------------------------------------------------------------ hot path
     def step(self) -> None:
@@ -508,8 +485,15 @@ class MemWatch:
             self.step_count += 1
         except Exception:  # noqa: BLE001
             self._recover_step()
-        if self.step_count >= self._tick_due:
-            self._tick()
+        if self.step_count >= self._next_due:
+            self._run_due()
+
+    def _run_due(self) -> None:
+        try:
+            self._schedule.run(self.step_count)
+        except Exception as e:  # noqa: BLE001 - each task guards itself; this is the backstop
+            self._disable("schedule", e)
+        self._next_due = self._schedule.next_due
 
     def _recover_step(self) -> None:
         """Slow path after a failure: find the failing probe, disable it, keep sampling."""
@@ -523,9 +507,7 @@ class MemWatch:
                         )
                 except Exception as e:  # noqa: BLE001
                     self._probe_failed(p, e)
-                    i = self._fast_probes.index(p)
-                    nan_probe = _NanProbe(p)
-                    self._fast_probes[i] = nan_probe
+                    self._fast_probes[self._fast_probes.index(p)] = NanProbe(p)
             vals: list[float] = []
             for p in self._fast_probes:
                 vals.extend(p.read_fast())
@@ -546,9 +528,9 @@ class MemWatch:
         log.warning("memwatch: %s disabled after an error (%s: %s); training continues",
                     component, type(exc).__name__, exc)
 
-    # ------------------------------------------------------------------ epochs
+    # ------------------------------------------------------------------ checks
     def end_epoch(self) -> list[Finding]:
-        """Close the epoch: summarise it and return the new findings (never raises)."""
+        """Close the epoch and judge it (a check): returns the new findings (never raises)."""
         if not self._running or self.timeline is None:
             return []
         try:
@@ -559,54 +541,95 @@ class MemWatch:
             self._disable("epoch summary", e)
             return []
         self.epoch += 1
+        return self._check(summary, "epoch_end")
+
+    def _origin(self, summary: EpochSummary | None) -> Origin:
+        world = self.rank.get("world_size", 1)
+        return Origin(epoch=summary.epoch if summary is not None else max(self.epoch - 1, 0),
+                      step=summary.end_step if summary is not None else self.step_count,
+                      rank=self.rank.get("rank", 0) if world > 1 else None,
+                      stage=self.stage, check=self.checks)
+
+    def _context(self, origin: Origin, census: str | None = None,
+                 trace: Any = None) -> CheckContext:
+        """What the analyzer is told at this check (it never reads the session)."""
+        tracer = self._tracer
+        return CheckContext(
+            origin=origin, limits=self.limits(), total_steps=self.total_steps,
+            steps_done=self.step_count,
+            device_kind=getattr(self.device, "kind", "cuda") or "cuda",
+            census=census or self.census_mode, trace=trace,
+            tracing=tracer is not None and tracer.active,
+            collected=tracer is not None and tracer.active
+            and tracer.collected_epoch == origin.epoch)
+
+    def _check(self, summary: EpochSummary | None, at: str) -> list[Finding]:
+        origin = self._origin(summary)
+        self.checks += 1
+        trace = None
         if summary is not None and self._tracer is not None:
             try:  # before the analyzer, which reads the diff
-                self._tracer.epoch_end(summary.epoch, self.step_count,
-                                       self.latest().get("host.rss"))
+                trace = self._tracer.epoch_end(summary.epoch, self.step_count,
+                                               self.latest().get("host.rss"))
             except Exception as e:  # noqa: BLE001
                 self._stop_tracer(e)
         new: list[Finding] = []
-        if summary is not None and self._analyzer is not None \
-                and "analyzer" not in self.disabled:
-            try:
-                new = list(self._analyzer.on_epoch_end(summary))
-            except Exception as e:  # noqa: BLE001
-                self._disable("analyzer", e)
-        new = self._exchange_ranks(new, summary)  # every rank, even after an empty epoch
-        if summary is None:
-            return new
+        if summary is not None and self.analyzer is not None and "analyzer" not in self.disabled:
+            new = self._judge(summary, self._context(origin, trace=trace))
+        new += self._exchange_ranks(new, summary, origin)  # every rank, even after an empty epoch
         self.findings.extend(new)
         if len(self.findings) > MAX_FINDINGS:
             # Bounded whatever the run length: the oldest findings go first (every one was also
-            # returned by its end_epoch() and handed to the sinks when it was new).
+            # returned by its check and handed to the sinks when it was new).
             del self.findings[: len(self.findings) - MAX_FINDINGS]
         if self.watchdog is not None and new and "watchdog" not in self.disabled:
             try:
                 self.watchdog.on_findings(new)
             except Exception as e:  # noqa: BLE001
                 self._disable("watchdog", e)
-        if self._sinks:
-            self._sinks.findings(summary.epoch, new, summary)
+        if self._sinks and summary is not None:
+            self._sinks.check(CheckReport(
+                stage=self.stage, epoch=summary.epoch, step=self.step_count,
+                check=origin.check or 0, at=at, findings=tuple(new), summary=summary,
+                rank_summaries=tuple(self.rank_summaries)))
         return new
 
-    # ------------------------------------------------------------------ sinks
-    def _bundle_written(self, path: Path, manifest: dict[str, Any]) -> None:
-        """The flight recorder's report of a committed (redacted) bundle: hand it to the sinks."""
-        if self._sinks:
-            self._sinks.bundle(path, manifest)
-
-    def _close_sinks(self) -> None:
-        # Before the recorder closes: an exception in flight gets its bundle first (the sinks
-        # should see it), and a sink may ask for an end-of-run bundle (report + snapshot).
+    def _judge(self, summary: EpochSummary, ctx: CheckContext) -> list[Finding]:
+        tracer = self._tracer
+        rss0 = tracer.rss() if tracer is not None else None
         try:
-            in_flight = sys.exc_info()[1]
-            if in_flight is not None and self.recorder is not None:
-                self.recorder.handle_exception(in_flight)
-            elif self.recorder is not None and self._sinks.wants_final_bundle():
-                self.recorder.dump("end of run (report and snapshot for the sinks)")
+            return list(self.analyzer.check(summary, ctx))
         except Exception as e:  # noqa: BLE001
-            log.debug("memwatch: no end-of-run bundle (%s)", e)
-        self._sinks.close()
+            self._disable("analyzer", e)
+            return []
+        finally:
+            if rss0 is not None and tracer is not None:
+                # Under tracing, memwatch's own work here (the census) grows the traces and the
+                # RSS: the next allocation-site diff must not take that for the user's growth.
+                rss1 = tracer.rss()
+                if rss1 is not None:
+                    tracer.note_own_rss(summary.epoch, rss1 - rss0)
+
+    def _exchange_ranks(self, new: list[Finding], summary: EpochSummary | None,
+                        origin: Origin) -> list[Finding]:
+        ex = self._exchange
+        if ex is None or "rank exchange" in self.disabled:
+            return []
+        try:
+            from memwatch.analysis.ranks import cross_rank_findings
+            from memwatch.runtime.exchange import rank_payload
+
+            self.rank_summaries = []
+            got = ex.exchange(rank_payload(self.view, new, summary))
+            if got is not None:  # rank 0
+                self.rank_summaries = got
+                last = self.rank_last_seen + [None] * (len(got) - len(self.rank_last_seen))
+                self.rank_last_seen = [g if g is not None else prev
+                                       for g, prev in zip(got, last[:len(got)], strict=True)]
+                return cross_rank_findings(got, ex.missing, self.exchange_timeout_s, origin)
+        except Exception as e:  # noqa: BLE001
+            self._disable("rank exchange", e)
+        return []
 
     # ------------------------------------------------------------------ flight recorder
     def dump(self, reason: str, exc: BaseException | None = None) -> Path | None:
@@ -641,154 +664,6 @@ class MemWatch:
             if rec is not None:
                 rec.forced -= 1
 
-    def _exchange_ranks(self, new: list[Finding], summary: EpochSummary | None) -> list[Finding]:
-        if self.rank.get("world_size", 1) > 1:
-            for f in new:
-                f.rank = self.rank.get("rank", 0)
-        ex = self._exchange
-        if ex is None or "rank exchange" in self.disabled:
-            return new
-        try:
-            from memwatch.runtime.exchange import cross_rank_findings, rank_payload
-
-            self.rank_summaries = []
-            got = ex.exchange(rank_payload(self, new, summary))
-            if got is not None:  # rank 0
-                self.rank_summaries = got
-                last = self.rank_last_seen + [None] * (len(got) - len(self.rank_last_seen))
-                self.rank_last_seen = [g if g is not None else prev
-                                       for g, prev in zip(got, last[:len(got)], strict=True)]
-                return new + cross_rank_findings(got, ex.missing, self.exchange_timeout_s)
-        except Exception as e:  # noqa: BLE001
-            self._disable("rank exchange", e)
-        return new
-
-    # ------------------------------------------------------------------ checkpoints
-    def state_dict(self) -> dict[str, Any]:
-        """What a checkpoint keeps of this session, so a resumed run's verdicts span the restart.
-
-        Plain data only (see :mod:`memwatch.runtime.resume`): JSON-serialisable with ``allow_nan=False``
-        and loadable with ``torch.load(weights_only=True)``. Holds the timeline's epoch summaries
-        (with their metric names), ``step_count``, ``epoch`` and :attr:`findings`. Never raises.
-
-        Example::
-
-            >>> import json, memwatch
-            >>> with memwatch.watch(device="cpu", workers=False, out_dir=str(tmp)) as mw:
-            ...     for _ in range(4):
-            ...         mw.step()
-            ...     _ = mw.end_epoch()
-            >>> state = json.loads(json.dumps(mw.state_dict(), allow_nan=False))
-            >>> resumed = memwatch.MemWatch(device="cpu", workers=False, out_dir=str(tmp))
-            >>> resumed.load_state_dict(state)  # before or after start()
-            >>> with resumed:
-            ...     resumed.step()
-            >>> resumed.step_count, [e.epoch for e in resumed.epochs]
-            (5, [0])
-        """
-        from memwatch.runtime.resume import STATE_VERSION, plain, summary_to_state
-
-        empty = {"version": STATE_VERSION, "step_count": int(self.step_count),
-                 "epoch": int(self.epoch), "epochs": [], "findings": []}
-        if self.timeline is None:
-            # Not started yet: a state loaded but not applied is still this session's state.
-            return plain(self._pending_state) if self._pending_state is not None else empty
-        try:
-            return {
-                "version": STATE_VERSION,
-                "step_count": int(self.step_count),
-                "epoch": int(self.epoch),
-                "epochs": [summary_to_state(e) for e in self.timeline.epochs],
-                "findings": [plain(f.to_dict()) for f in self.findings],
-            }
-        except Exception as e:  # noqa: BLE001 - a checkpoint must not fail because of memwatch
-            log.warning("memwatch: could not export the session state (%s: %s); the checkpoint "
-                        "keeps the step count only", type(e).__name__, e)
-            return empty
-
-    def load_state_dict(self, state: Any) -> None:
-        """Continue from a :meth:`state_dict` saved before a restart.
-
-        Works before ``start()`` (the state is applied there) or after it, as long as this
-        session has not closed an epoch yet. Restores the epoch summaries into the timeline
-        (metric columns remapped by name: a metric this run lacks is dropped, a new one is NaN
-        in the restored epochs), replays them through the analyzer so cross-epoch verdicts span
-        the restart (their findings were reported before it: they are not returned again),
-        restores :attr:`findings` and continues the step numbering. A state that cannot be used
-        (another version, malformed) logs a warning and the session starts fresh; this never
-        raises.
-        """
-        if self.timeline is None:
-            self._pending_state = state if isinstance(state, dict) else {"version": None}
-            return
-        self._apply_state(state)
-
-    def _apply_state(self, state: Any) -> None:
-        from memwatch.runtime.resume import STATE_VERSION, epochs_from_state
-
-        tl = self.timeline
-        if tl is None:
-            return
-        version = state.get("version") if isinstance(state, dict) else None
-        if version != STATE_VERSION:
-            log.warning("memwatch: checkpoint state version %r is not one this memwatch reads "
-                        "(%d); the analysis starts fresh", version, STATE_VERSION)
-            return
-        if tl.epochs:
-            log.warning("memwatch: checkpoint state given after this session closed an epoch; "
-                        "not restored (load it before the first epoch end)")
-            return
-        try:  # everything is checked before anything changes
-            epochs = epochs_from_state(state.get("epochs") or [], tl.keys)
-            findings = [Finding.from_dict(d) for d in state.get("findings") or []]
-            step_count = int(state.get("step_count") or 0)
-            epoch = int(state.get("epoch") or 0)
-            if epochs and epochs[-1].end_step > step_count:
-                raise ValueError(f"last epoch ends at step {epochs[-1].end_step}, after the "
-                                 f"saved step count {step_count}")
-        except Exception as e:  # noqa: BLE001 - a bad state must not stop the resumed run
-            log.warning("memwatch: checkpoint state not usable (%s: %s); the analysis starts "
-                        "fresh", type(e).__name__, e)
-            return
-        tl.restore_epochs(epochs)
-        self.findings = findings + self.findings
-        del self.findings[: max(len(self.findings) - MAX_FINDINGS, 0)]
-        # One step axis across the restart: the analyzer's slopes and forecasts read it.
-        self.step_count = max(self.step_count, step_count)
-        self.epoch = max(self.epoch, epoch, epochs[-1].epoch + 1 if epochs else 0)
-        self._replay(epochs)
-        if self._running:  # the ticks were scheduled from the old step count
-            if self.recorder is not None or self.watchdog is not None:
-                self._watch_due = self.step_count + self._tick_every
-            self._schedule_sinks()
-        log.info("memwatch: resumed from a checkpoint: %d epoch(s), %d finding(s), step %d",
-                 len(epochs), len(findings), self.step_count)
-
-    def _replay(self, epochs: Sequence[EpochSummary]) -> None:
-        """Feed restored epochs to the analyzer (its per-metric history and the findings it
-        reports once); what it finds is dropped: it was reported before the restart."""
-        analyzer = self._analyzer
-        detailed = [e for e in epochs if e.bucket_floor is not None]  # what a verdict reads
-        if analyzer is None or "analyzer" in self.disabled or not detailed:
-            return
-        # The allocation tracer's diffs belong to this process's epochs, not the restored ones.
-        tracer, self._tracer = self._tracer, None
-        mode = self.census_mode
-        try:
-            for i, e in enumerate(detailed):
-                # A census counts the objects alive now: taken once, at the last restored epoch,
-                # it is the baseline the first epoch end after the restart compares with.
-                self.census_mode = mode if i == len(detailed) - 1 else "never"
-                analyzer.on_epoch_end(e)
-        except Exception as exc:  # noqa: BLE001
-            log.warning("memwatch: the analyzer could not replay the restored epochs (%s: %s); "
-                        "verdicts start fresh", type(exc).__name__, exc)
-            self._analyzer = None
-            self._start_analyzer()
-        finally:
-            self.census_mode = mode
-            self._tracer = tracer
-
     # ------------------------------------------------------------------ reading
     def latest(self) -> dict[str, float]:
         """The last sample as a flat dict of metric -> value (bytes, counts)."""
@@ -815,26 +690,56 @@ class MemWatch:
         return []
 
 
-class _NanProbe:
-    """Stands in for a disabled fast probe so the timeline keeps its columns (NaN)."""
+class SessionReader:
+    """The read-only :class:`memwatch.core.protocols.SessionView` of one :class:`MemWatch`:
+    what the flight recorder, the watchdog and the rank exchange may read of it."""
 
-    def __init__(self, failed: Probe) -> None:
-        self.name = failed.name
-        self.fast_keys = failed.fast_keys
-        self.slow_keys: tuple[str, ...] = ()
-        self._vals = (math.nan,) * len(failed.fast_keys)
+    __slots__ = ("_mw",)
 
-    def read_fast(self) -> Sequence[float]:
-        return self._vals
+    def __init__(self, mw: MemWatch) -> None:
+        self._mw = mw
 
-    def read_slow(self) -> dict[str, float]:
-        return {}
+    @property
+    def out_dir(self) -> str:
+        return self._mw.out_dir
+
+    @property
+    def step_count(self) -> int:
+        return self._mw.step_count
+
+    @property
+    def epoch(self) -> int:
+        return self._mw.epoch
+
+    @property
+    def rank(self) -> Mapping[str, int]:
+        return self._mw.rank
+
+    @property
+    def job(self) -> Mapping[str, Any]:
+        return self._mw.job
+
+    @property
+    def device(self) -> Any:
+        return self._mw.device
+
+    @property
+    def timeline(self) -> Any:
+        return self._mw.timeline
+
+    @property
+    def findings(self) -> Sequence[Finding]:
+        return tuple(self._mw.findings)
+
+    @property
+    def total_steps(self) -> int | None:
+        return self._mw.total_steps
+
+    def latest(self) -> dict[str, float]:
+        return self._mw.latest()
 
     def limits(self) -> dict[str, float]:
-        return {}
-
-    def close(self) -> None:
-        return None
+        return self._mw.limits()
 
 
 _live_sessions: weakref.WeakSet[MemWatch] = weakref.WeakSet()

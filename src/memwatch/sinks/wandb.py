@@ -173,7 +173,7 @@ class WandbSink:
         if run is None or _finished(run):
             return None
         self.run, self.found_via = run, via
-        from memwatch.session import rank_info
+        from memwatch.runtime.exchange import rank_info
 
         info = rank_info()
         self._rank, self._world = info["rank"], info["world_size"]

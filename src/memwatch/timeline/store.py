@@ -335,6 +335,11 @@ class Timeline:
         rows, steps, _ = self._rows(start, self._n)
         return steps.copy(), rows[:, self._col[key]].copy()
 
+    def recent(self, n: int) -> tuple[FloatArray, IntArray, FloatArray]:
+        """Copies of the last ``n`` samples still in the ring: (rows, steps, times)."""
+        rows, steps, times = self._rows(self._n - max(int(n), 0), self._n)
+        return rows.copy(), steps.copy(), times.copy()
+
     def times(self) -> FloatArray:
         _, _, times = self._rows(self._n - self.capacity, self._n)
         return times.copy()

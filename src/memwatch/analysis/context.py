@@ -1,0 +1,100 @@
+"""What the analyzer is told: its tuning (:class:`AnalyzerConfig`) and, at every check, the
+context a verdict needs besides the summaries (:class:`CheckContext`).
+
+The analyzer never reads the session: the session builds a ``CheckContext`` at each check (known
+limits, the run's planned length, where the finding is born, whether a census may run), so the
+verdicts are functions of epoch summaries plus this value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from memwatch.analysis.shapes import ShapeConfig
+from memwatch.core.findings import Origin
+
+__all__ = ["CENSUS_MODES", "AnalyzerConfig", "CheckContext"]
+
+#: ``"auto"``: a census when growth is suspected or it is cheap; ``"always"``; ``"never"``;
+#: ``"skip"``: not at this check (replaying a checkpoint's epochs).
+CENSUS_MODES = ("auto", "always", "never", "skip")
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalyzerConfig:
+    """Tuning of the verdicts. The defaults are what the detection benchmark is scored with.
+
+    Example::
+
+        >>> from memwatch.analysis import AnalyzerConfig
+        >>> AnalyzerConfig(near_oom_margin=0.05).near_oom_margin
+        0.05
+    """
+
+    shape: ShapeConfig = ShapeConfig()
+    carry_fraction: float = 0.5  # share of the previous epoch's rise that must still be held
+    deceleration: float = 0.5  # slope (upper CI) under this share of the last epoch's: saturating
+    near_oom_margin: float = 0.10  # near_oom when the epoch peak is within this share of the limit
+    horizon_epochs: float = 2.0  # critical when OOM is forecast within this many epochs ...
+    # ... or before the run's remaining steps when MemWatch(total_steps=...) is known.
+    census_budget: float = 0.02  # auto census: at most this share of the epoch's wall time ...
+    census_when_suspected: bool = True  # ... unless growth is suspected (then always)
+    holder_budget_s: float = 5.0  # time allowed to name holders at one epoch end
+    retention_explained: float = 0.2  # host growth explained by objects below this share
+    info_min_rel: float = 0.01  # info findings (plateau, step) only above this share of level
+
+    def __post_init__(self) -> None:
+        for name in ("carry_fraction", "near_oom_margin", "census_budget", "retention_explained"):
+            v = getattr(self, name)
+            if not 0 <= v <= 1:
+                raise ValueError(f"AnalyzerConfig.{name}={v!r} must be between 0 and 1")
+        if self.horizon_epochs <= 0:
+            raise ValueError("AnalyzerConfig.horizon_epochs must be positive")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckContext:
+    """Everything one check knows besides the epoch summaries.
+
+    Attributes:
+        origin: where the findings of this check are born (epoch, step, rank, stage, check).
+        limits: known byte limits per metric (device total, cgroup or physical memory).
+        total_steps: the run's planned number of optimizer steps, when known.
+        steps_done: optimizer steps so far.
+        device_kind: "cuda", "rocm", "mps", "fake"...: which census device the device metrics
+            are about.
+        census: one of :data:`CENSUS_MODES`.
+        trace: this check's allocation-site diff (``MemWatch(tracemalloc=...)``), or None.
+        tracing: tracemalloc runs now (the census then counts no object types: the
+            allocation sites replace them).
+        collected: a ``gc.collect()`` ran a moment ago for this check (the census skips its
+            own).
+    """
+
+    origin: Origin = Origin()
+    limits: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    total_steps: int | None = None
+    steps_done: int = 0
+    device_kind: str = "cuda"
+    census: str = "auto"
+    trace: Any = None
+    tracing: bool = False
+    collected: bool = False
+
+    def __post_init__(self) -> None:
+        if self.census not in CENSUS_MODES:
+            raise ValueError(f"CheckContext.census={self.census!r}: use one of {CENSUS_MODES}")
+
+    def limit(self, metric: str) -> float | None:
+        """The byte limit ``metric`` runs into (workers share the host's), or None."""
+        lim = self.limits.get(metric)
+        if lim is None and metric.startswith("workers."):
+            lim = self.limits.get("host.rss")
+        return float(lim) if lim else None
+
+    @property
+    def device_prefix(self) -> str:
+        """The census device prefix of the device metrics: ``"mps"`` or ``"cuda"``."""
+        return "mps" if self.device_kind == "mps" else "cuda"

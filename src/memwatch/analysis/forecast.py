@@ -1,0 +1,47 @@
+"""Forecasts: how many steps until a growing metric reaches its limit, and what counts as soon.
+
+On a device, allocations fail when *reserved* memory (allocated plus the allocator's cache) or
+the per-step *peak* reaches capacity, so a leak of allocated memory is extrapolated on each of
+them with its own rate, and the earliest crossing wins.
+"""
+
+from __future__ import annotations
+
+import math
+
+from memwatch.analysis.context import AnalyzerConfig, CheckContext
+from memwatch.analysis.shapes import EpochStats
+from memwatch.timeline import EpochSummary
+
+__all__ = ["forecast", "horizon_steps"]
+
+
+def forecast(metric: str, summary: EpochSummary, cur: EpochStats, slope: float,
+             limit: float | None,
+             history: dict[str, list[EpochStats]]) -> tuple[float, float | None]:
+    """(peak used, steps to OOM): the earliest crossing among the metrics that must fit."""
+    peak_now = cur.peak
+    if limit is None or slope <= 0:
+        return peak_now, None
+    best = max(limit - cur.peak, 0.0) / slope
+    if metric == "device.allocated":
+        for k in ("device.peak", "device.reserved"):
+            h = history.get(k)
+            if not h or h[-1].epoch != cur.epoch or k not in summary.keys:
+                continue
+            rate = h[-1].slope if h[-1].slope > 0 else slope
+            pk = h[-1].peak
+            if math.isnan(pk):
+                continue
+            cand = max(limit - pk, 0.0) / rate
+            if cand < best:
+                best, peak_now = cand, pk
+    return peak_now, best
+
+
+def horizon_steps(cur: EpochStats, ctx: CheckContext, cfg: AnalyzerConfig) -> float:
+    """Steps within which an OOM forecast is critical: the run's remaining planned steps when
+    known, else ``horizon_epochs`` epochs of this length."""
+    if ctx.total_steps:
+        return max(float(ctx.total_steps) - float(ctx.steps_done), 0.0)
+    return cfg.horizon_epochs * cur.n_steps

@@ -1,0 +1,113 @@
+"""Cross-rank verdicts (rank 0 of a distributed run): who leaks, who is closest to OOM, whose
+peaks are out of line, who did not answer the epoch-end exchange.
+
+Pure functions of the per-rank summaries that :mod:`memwatch.runtime.exchange` gathers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from memwatch.core.findings import Finding, Origin, Severity
+from memwatch.core.units import fmt_bytes
+
+__all__ = ["cross_rank_findings"]
+
+
+def cross_rank_findings(summaries: Sequence[dict[str, Any] | None], missing: Sequence[int],
+                        timeout_s: float, origin: Origin | None = None) -> list[Finding]:
+    """Rank 0's verdicts across ranks: who leaks, who is closest to OOM, who is imbalanced, who
+    did not answer."""
+    origin = origin or Origin()
+    out: list[Finding] = []
+    world = len(summaries)
+    alive = [s for s in summaries if s is not None]
+    absent = sorted(set(missing) | {i for i, s in enumerate(summaries) if s is None})
+    if absent:
+        out.append(origin.finding(
+            kind="rank_unresponsive", metric="ranks", severity="warning",
+            message=(f"Rank(s) {', '.join(map(str, absent))} of {world} did not reach the "
+                     f"epoch-end exchange within {timeout_s:.0f} s: dead (an OOM leaves a bundle "
+                     "named ...-rank<r>-pid<p> under each rank's out_dir/oom/) or stuck; the "
+                     "other ranks will hang in their next collective."),
+            suggestions=["Look for that rank's bundle: `memwatch ls <out_dir>` groups them by "
+                         "job and rank."],
+            evidence={"ranks": absent, "timeout_s": timeout_s}))
+    # Leaks on some ranks only.
+    leak_by_metric: dict[str, dict[int, dict[str, Any]]] = {}
+    for s in alive:
+        for f in s["findings"]:
+            if f["kind"] == "leak":
+                leak_by_metric.setdefault(f["metric"], {})[int(s["rank"])] = f
+    for metric, by_rank in leak_by_metric.items():
+        ranks = sorted(by_rank)
+        only_some = len(ranks) < len(alive)
+        worst = min(by_rank.items(), key=lambda kv: kv[1]["steps_to_oom"] or math.inf)
+        rates = {r: by_rank[r]["bytes_per_step"] for r in ranks}
+        scope = (f"only on rank(s) {', '.join(map(str, ranks))} of {world}" if only_some
+                 else f"on every rank ({world})")
+        msg = (f"{metric} leaks {scope}: "
+               + ", ".join(f"rank {r} {fmt_bytes(v or 0)}/step" for r, v in rates.items()) + ".")
+        if only_some:
+            msg += (" A leak on some ranks only points at rank-dependent code: logging or "
+                    "evaluation on rank 0, uneven shards, a cache keyed by rank.")
+        if worst[1]["steps_to_oom"] is not None:
+            msg += (f" Rank {worst[0]} runs out first, in about "
+                    f"{worst[1]['steps_to_oom']:,.0f} steps.")
+        sev: Severity = "critical" if any(f["severity"] == "critical"
+                                          for f in by_rank.values()) else "warning"
+        out.append(origin.finding(
+            kind="rank_leak", metric=metric, severity=sev, message=msg,
+            bytes_per_step=max((v or 0.0) for v in rates.values()),
+            steps_to_oom=worst[1]["steps_to_oom"], culprit=f"rank {worst[0]}: "
+            + (worst[1]["culprit"] or "see that rank's findings"),
+            evidence={"ranks": ranks, "only_some_ranks": only_some, "bytes_per_step": rates},
+            rank=worst[0]))
+    # Ranks close to their limit: the job's first OOM will be on one of them.
+    near_by_metric: dict[str, dict[int, str]] = {}
+    for s in alive:
+        for f in s["findings"]:
+            if f["kind"] == "near_oom":
+                near_by_metric.setdefault(f["metric"], {})[int(s["rank"])] = f["severity"]
+    for metric, sev_by_rank in near_by_metric.items():
+        shares = {int(s["rank"]): s["peak"][metric] / s["limits"][metric] for s in alive
+                  if s["peak"].get(metric) and s["limits"].get(metric)}
+        ranks = sorted(sev_by_rank, key=lambda r: -shares.get(r, 0.0))
+        closest = ranks[0]
+        limit = next((s["limits"][metric] for s in alive if int(s["rank"]) == closest), None)
+        others = [v for r, v in shares.items() if r not in sev_by_rank]
+        msg = (f"{metric} is near its limit on rank(s) {', '.join(map(str, ranks))} of {world}: "
+               + ", ".join(f"rank {r} at {shares[r]:.0%}" for r in ranks if r in shares)
+               + (f" of {fmt_bytes(limit)}" if limit else "")
+               + f". The job's first OOM will most likely be on rank {closest}"
+               + (f"; the other ranks peak at {max(others):.0%} at most." if others else "."))
+        sev_near: Severity = "critical" if "critical" in sev_by_rank.values() else "warning"
+        out.append(origin.finding(
+            kind="rank_near_oom", metric=metric, severity=sev_near, message=msg,
+            suggestions=["Look at what that rank does differently (a larger shard, the logging or "
+                         "evaluation done on rank 0 only, uneven sequence lengths); balance it "
+                         "or lower the batch size for every rank."],
+            evidence={"ranks": ranks, "share": shares,
+                      "others_max_share": max(others) if others else None},
+            rank=closest))
+    # Peak imbalance.
+    peak_metric = next((m for m in ("device.peak", "device.allocated", "host.rss")
+                        if all(m in s["peak"] for s in alive)), None)
+    if peak_metric is not None and len(alive) > 1:
+        metric = peak_metric
+        peaks = {int(s["rank"]): float(s["peak"][metric]) for s in alive}
+        hi_r, hi = max(peaks.items(), key=lambda kv: kv[1])
+        lo_r, lo = min(peaks.items(), key=lambda kv: kv[1])
+        ratio = hi / lo if lo > 0 else math.inf
+        limit = next((s["limits"].get(metric) for s in alive if s["limits"].get(metric)), None)
+        if ratio > 1.2:
+            out.append(origin.finding(
+                kind="rank_imbalance", metric=metric, severity="info",
+                message=(f"{metric} peaks differ across ranks: rank {hi_r} at {fmt_bytes(hi)}, "
+                         f"rank {lo_r} at {fmt_bytes(lo)} ({ratio:.2f}x). The highest rank "
+                         "decides when the job runs out of memory."
+                         + (f" It is at {hi / limit:.0%} of its limit." if limit else "")),
+                evidence={"peaks": peaks, "imbalance": ratio}, rank=hi_r))
+    return out

@@ -1,0 +1,52 @@
+"""DataLoader workers: per-worker growth (a leak in the Dataset) or copy-on-write (not a leak).
+
+Worker USS rising while worker RSS stays flat is copy-on-write: forked workers turn shared pages
+private one by one as Python touches the parent's objects (pytorch#13246); it stops when every
+page has been copied. USS and RSS rising together is each worker accumulating its own state.
+"""
+
+from __future__ import annotations
+
+from memwatch.analysis import explain
+from memwatch.analysis.context import AnalyzerConfig, CheckContext
+from memwatch.analysis.forecast import horizon_steps
+from memwatch.analysis.leak import Once, verdict
+from memwatch.analysis.shapes import EpochStats, last_value
+from memwatch.core.findings import Finding
+from memwatch.timeline import EpochSummary
+
+__all__ = ["judge"]
+
+
+def judge(metric: str, summary: EpochSummary, history: dict[str, list[EpochStats]],
+          ctx: CheckContext, cfg: AnalyzerConfig, once: Once) -> list[Finding]:
+    hist = history[metric]
+    cur = hist[-1]
+    rss_hist = history.get("workers.rss", [])
+    rss = rss_hist[-1] if rss_hist and rss_hist[-1].epoch == cur.epoch else None
+    count = last_value(summary, "workers.count")
+    if not count:
+        return []
+    uss_gain = max(cur.rise, cur.growth)
+    rss_gain = max(rss.rise, rss.growth) if rss is not None else 0.0
+    cow = cur.shape in ("growing", "plateau") and uss_gain > cur.threshold and \
+        rss_gain < 0.25 * uss_gain
+    if cow:
+        return once(metric, "plateau",
+                    explain.worker_cow(ctx.origin, metric, cur, rss, int(count)))
+    # Three epochs of evidence for workers: their warm-up often spans the first two.
+    v = verdict(hist, cfg) if len(hist) >= 3 else "pending"
+    if v == "leak":
+        limit = ctx.limit("host.rss")
+        slope = cur.slope if cur.shape == "growing" else \
+            (hist[-1].floor - hist[-2].floor) / max(cur.n_steps, 1)
+        steps_to_oom = (limit - cur.peak) / slope if limit and slope > 0 else None
+        return [explain.worker_leak(ctx.origin, metric, hist, slope, int(count), steps_to_oom,
+                                    horizon_steps(cur, ctx, cfg))]
+    if v == "accumulation":
+        prev = hist[-2] if len(hist) > 1 else None
+        return once(metric, "accumulation",
+                    explain.accumulation(ctx.origin, metric, cur, prev))
+    if cur.shape == "plateau":
+        return once(metric, "plateau", explain.plateau(ctx.origin, metric, cur))
+    return []

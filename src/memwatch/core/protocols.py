@@ -1,0 +1,107 @@
+"""The seams between layers: what a sink receives, and the read-only view of a session that the
+runtime parts (recorder, watchdog, exchange) and the reports are handed instead of the session.
+
+Nothing here does anything; these are the shapes the layers agree on (see
+``docs/architecture.md``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from memwatch.core.findings import Finding
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckReport:
+    """What one check of a session produced: the verdicts and the figures they were made from.
+
+    A check runs at every epoch end (``at="epoch_end"``) and, inside long epochs, every N steps
+    or T seconds (``at="interval"``).
+
+    Attributes:
+        stage: the loop the session watches ("train", "val", "test", "predict").
+        epoch: the epoch the check belongs to; ``step``: the optimizer step it ran at.
+        check: the session's check counter (0, 1, ...).
+        findings: the new findings (maybe none), each complete.
+        summary: the :class:`memwatch.timeline.EpochSummary` judged (an epoch, or the part of
+            one since the previous check), or ``None``.
+        rank_summaries: on rank 0 of a distributed run, one summary per rank after the
+            exchange (``None`` for a rank that did not answer); empty otherwise.
+    """
+
+    stage: str
+    epoch: int
+    step: int
+    check: int
+    at: str
+    findings: Sequence[Finding]
+    summary: Any = None
+    rank_summaries: Sequence[Any] = ()
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """Where memwatch's samples, findings and bundles go (W&B, Prometheus, a JSONL file...).
+
+    Required: the four methods below. Optional, called when a sink has them:
+    ``on_check(report: CheckReport)`` instead of ``on_findings`` (it then also hears about
+    evaluation loops; ``on_findings`` is called for training checks only), and
+    ``on_log(metrics, step)`` for logger-ready keys an integration reports outside checks
+    (a recovered OOM, the bundle of a run that died). A sink that sets
+    ``wants_final_bundle = True`` gets an end-of-run bundle (report and snapshot).
+    """
+
+    def on_metrics(self, step: int, sample: Mapping[str, float]) -> None:
+        """The latest sample, every ``log_every_n_steps`` steps."""
+
+    def on_findings(self, epoch: int, findings: Sequence[Finding], summary: Any) -> None:
+        """A training check ran: its new findings (maybe none) and its ``EpochSummary``."""
+
+    def on_bundle(self, path: Path, manifest: Mapping[str, Any]) -> None:
+        """The flight recorder wrote a (redacted) bundle at ``path``."""
+
+    def close(self) -> None:
+        """The session closes; flush and release. Called once."""
+
+
+class SessionView(Protocol):
+    """A read-only view of a running session: what the runtime parts may read, nothing else.
+
+    The session hands one to its flight recorder, watchdog and rank exchange, and the reports
+    read a live run through it; none of them gets the session itself.
+    """
+
+    @property
+    def out_dir(self) -> str: ...
+
+    @property
+    def step_count(self) -> int: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def rank(self) -> Mapping[str, int]: ...
+
+    @property
+    def job(self) -> Mapping[str, Any]: ...
+
+    @property
+    def device(self) -> Any: ...
+
+    @property
+    def timeline(self) -> Any: ...
+
+    @property
+    def findings(self) -> Sequence[Finding]: ...
+
+    @property
+    def total_steps(self) -> int | None: ...
+
+    def latest(self) -> dict[str, float]: ...
+
+    def limits(self) -> dict[str, float]: ...

@@ -1,0 +1,189 @@
+"""The session's options as one validated value: :class:`WatchConfig`.
+
+``MemWatch(**options)`` builds one; ``MemWatch.config`` is it. Every bad value raises
+:class:`memwatch.ConfigError` (a ``ValueError``) at construction, naming the option and the fix,
+so a typo fails before training starts, not in the middle of it.
+
+Example::
+
+    >>> from memwatch import WatchConfig
+    >>> cfg = WatchConfig(device="CUDA:1", census="always")
+    >>> cfg.device_spec, cfg.census
+    ('cuda:1', 'always')
+    >>> WatchConfig(interval_s=0)
+    Traceback (most recent call last):
+    ...
+    memwatch.core.errors.ConfigError: interval_s=0 must be a positive number; for example 1.0 (seconds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from memwatch.analysis.allocations import DEFAULT_FRAMES, MAX_FRAMES
+from memwatch.core.errors import ConfigError
+from memwatch.core.findings import STAGES
+from memwatch.runtime.dispatch import SinkSet, validate_sinks
+from memwatch.runtime.recorder import RecorderConfig, parse_bundle_on
+from memwatch.runtime.watchdog import WatchdogConfig, parse_watchdog
+
+__all__ = ["DEVICE_CHOICES", "WatchConfig"]
+
+_DEVICE_RE = re.compile(r"^(auto|cpu|cuda|mps)(?::(\d+))?$")
+DEVICE_CHOICES = "None/'auto', 'cpu', 'cuda', 'cuda:N', 'mps', or a probe such as FakeDevice"
+
+
+def _device_spec(device: Any) -> Any:
+    if device is None:
+        return "auto"
+    if isinstance(device, str):
+        m = _DEVICE_RE.match(device.strip().lower())
+        if not m or (m.group(2) is not None and m.group(1) != "cuda"):
+            raise ConfigError(f"device={device!r} is not understood; use {DEVICE_CHOICES}.")
+        return device.strip().lower()
+    if type(device).__name__ == "device" and type(device).__module__.startswith("torch"):
+        return _device_spec(str(device))
+    if hasattr(device, "read_fast") and hasattr(device, "fast_keys"):
+        return device
+    raise ConfigError(f"device={device!r} is not understood; use {DEVICE_CHOICES}.")
+
+
+def _positive(name: str, value: Any, fix: str) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0 or (
+        isinstance(value, float) and math.isinf(value)
+    ):
+        raise ConfigError(f"{name}={value!r} must be a positive number; {fix}.")
+    return float(value)
+
+
+def _tracemalloc_frames(value: Any) -> int:
+    """``tracemalloc=`` as a frame count: 0 (off), the default for True, or the int given."""
+    if value is False:
+        return 0
+    if value is True:
+        return DEFAULT_FRAMES
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_FRAMES:
+        return value
+    raise ConfigError(
+        f"tracemalloc={value!r} is not understood; use False (off), True (trace Python "
+        f"allocations with {DEFAULT_FRAMES} frames each) or the number of frames to keep, an "
+        f"int from 1 to {MAX_FRAMES} (more frames cost more per allocation)."
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchConfig:
+    """Every option of :class:`memwatch.MemWatch` (see its docstring for what each does).
+
+    Normalised on construction (``device`` to a spec or a probe, ``bundle_on`` to a set of
+    classes, ``watchdog`` to a :class:`memwatch.runtime.watchdog.WatchdogConfig` or ``None``);
+    ``dataclasses.replace(cfg, ...)`` re-validates.
+    """
+
+    device: Any = None
+    host: bool = True
+    workers: bool = True
+    out_dir: str | os.PathLike[str] = "memwatch"
+    interval_s: float = 1.0
+    capacity: int = 32768
+    buckets_per_epoch: int = 256
+    total_steps: int | None = None
+    analyze: bool = True
+    census: str = "auto"
+    analyzer_config: Any = None
+    distributed: str = "auto"
+    exchange_timeout_s: float = 60.0
+    recorder: bool = True
+    bundle_on: Any = "oom"
+    max_bundles: int = 20
+    max_bundle_bytes: int = 256 << 20
+    max_total_bytes: int = 1 << 30
+    record_history: bool = False
+    signals: bool = True
+    bundle_report: str = "auto"
+    watchdog: Any = True
+    sinks: Sequence[Any] | SinkSet | None = None
+    log_every_n_steps: int = 50
+    tracemalloc: bool | int = False
+    #: The loop this session watches: "train" (default), or "val"/"test"/"predict" for the
+    #: evaluation sessions an integration runs beside training. It is recorded in every finding.
+    stage: str = "train"
+
+    def __post_init__(self) -> None:
+        s = object.__setattr__
+        s(self, "device", _device_spec(self.device))
+        out = os.fspath(self.out_dir)
+        if not out:
+            raise ConfigError("out_dir='' is empty; pass a directory path such as 'memwatch'.")
+        s(self, "out_dir", out)
+        s(self, "interval_s", _positive("interval_s", self.interval_s,
+                                        "for example 1.0 (seconds)"))
+        if not isinstance(self.capacity, int) or self.capacity < 16:
+            raise ConfigError(f"capacity={self.capacity!r} must be an int >= 16 (rows kept in "
+                              "the ring).")
+        b = self.buckets_per_epoch
+        if not isinstance(b, int) or b < 4 or b % 2:
+            raise ConfigError(f"buckets_per_epoch={b!r} must be an even int >= 4, e.g. 256.")
+        if self.total_steps is not None:
+            _positive("total_steps", self.total_steps, "or None when the run length is unknown")
+        if self.census not in ("auto", "always", "never"):
+            raise ConfigError(f"census={self.census!r}: use 'auto', 'always' or 'never'.")
+        if self.distributed not in ("auto", "off"):
+            raise ConfigError(f"distributed={self.distributed!r}: use 'auto' (exchange per-rank "
+                              "summaries at epoch ends when torch.distributed is initialised) "
+                              "or 'off'.")
+        s(self, "exchange_timeout_s", _positive("exchange_timeout_s", self.exchange_timeout_s,
+                                                "for example 60 (seconds)"))
+        s(self, "bundle_on", parse_bundle_on(self.bundle_on))
+        s(self, "watchdog", parse_watchdog(self.watchdog))
+        n = self.log_every_n_steps
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ConfigError(f"log_every_n_steps={n!r} must be an int >= 1 (how often the "
+                              "sinks get a sample), e.g. 50.")
+        _tracemalloc_frames(self.tracemalloc)
+        if self.stage not in STAGES:
+            raise ConfigError(f"stage={self.stage!r}: use one of {', '.join(STAGES)}.")
+        if not isinstance(self.sinks, SinkSet):
+            s(self, "sinks", tuple(validate_sinks(self.sinks)))
+        self.recorder_config  # noqa: B018 - validates the recorder's options now
+
+    @property
+    def device_spec(self) -> Any:
+        """``"auto"``, ``"cpu"``, ``"cuda"``, ``"cuda:N"``, ``"mps"`` or a probe object."""
+        return self.device
+
+    @property
+    def tracemalloc_frames(self) -> int:
+        """Frames kept per traced allocation; 0 when tracing is off."""
+        return _tracemalloc_frames(self.tracemalloc)
+
+    @property
+    def recorder_config(self) -> RecorderConfig:
+        return RecorderConfig(
+            enabled=bool(self.recorder), bundle_on=self.bundle_on,
+            max_bundles=self.max_bundles, max_bundle_bytes=self.max_bundle_bytes,
+            max_total_bytes=self.max_total_bytes, record_history=bool(self.record_history),
+            signals=bool(self.signals), report=self.bundle_report)
+
+    @property
+    def watchdog_config(self) -> WatchdogConfig | None:
+        return self.watchdog  # type: ignore[no-any-return]
+
+    def for_evaluation(self, stage: str) -> WatchConfig:
+        """The configuration of an evaluation session beside this one: same probes and
+        analysis, its own stage, and no flight recorder, signals, watchdog or logging cadence of
+        its own (one process, one flight recorder: the training session owns them)."""
+        # A list of sinks belongs to the training session (which closes them); a shared
+        # SinkSet (what the integrations pass) is closed by its owner and serves both.
+        sinks = self.sinks if isinstance(self.sinks, SinkSet) else None
+        return dataclasses.replace(self, stage=stage, recorder=False, signals=False,
+                                   watchdog=False, total_steps=None, sinks=sinks)
+
+    def options(self) -> dict[str, Any]:
+        """The options as keyword arguments of :class:`memwatch.MemWatch`."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
