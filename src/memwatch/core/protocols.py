@@ -105,3 +105,23 @@ class SessionView(Protocol):
     def latest(self) -> dict[str, float]: ...
 
     def limits(self) -> dict[str, float]: ...
+
+
+class LiveRun(SessionView, Protocol):
+    """What a report of a live run reads (:func:`memwatch.report.data.from_run`): the session's
+    view plus its summaries, probes, state and bundles. :class:`memwatch.MemWatch` is one."""
+
+    @property
+    def epochs(self) -> Sequence[Any]: ...
+
+    @property
+    def running(self) -> bool: ...
+
+    @property
+    def disabled(self) -> Mapping[str, str]: ...
+
+    @property
+    def probes(self) -> Sequence[Any]: ...
+
+    @property
+    def recorder(self) -> Any: ...

@@ -33,7 +33,7 @@ from memwatch.core.errors import MemwatchError
 
 if TYPE_CHECKING:
     from memwatch.bundle import Bundle
-    from memwatch.session import MemWatch
+    from memwatch.core.protocols import LiveRun
 
 __all__ = ["CHART_METRICS", "ReportData", "from_bundle", "from_run"]
 
@@ -76,14 +76,14 @@ class ReportData:
     cli_hint: str | None = None
 
 
-def _num(v: Any) -> float | None:
+def finite(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     f = float(v)
     return f if math.isfinite(f) else None
 
 
-def _downsample(steps: list[int], values: dict[str, list[float | None]]) -> tuple[
+def downsample(steps: list[int], values: dict[str, list[float | None]]) -> tuple[
         list[int], dict[str, list[float | None]]]:
     """At most MAX_POINTS per series: each window of k samples becomes its maximum.
 
@@ -106,7 +106,7 @@ def _downsample(steps: list[int], values: dict[str, list[float | None]]) -> tupl
 
 
 # --------------------------------------------------------------------------- live run
-def from_run(mw: MemWatch) -> ReportData:
+def from_run(mw: LiveRun) -> ReportData:
     """The report of a running (or closed) :class:`memwatch.MemWatch`."""
     d = ReportData(title="memwatch run report", source="live run")
     d.meta = [("generated", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")),
@@ -119,13 +119,13 @@ def from_run(mw: MemWatch) -> ReportData:
     else:
         try:
             n = len(tl)
-            rows, steps, times = tl._rows(tl.n_samples - n, tl.n_samples)
+            rows, steps, times = tl.recent(n)
             d.steps = [int(s) for s in steps]
-            d.values = {k: [_num(x) for x in rows[:, j]] for j, k in enumerate(tl.keys)}
+            d.values = {k: [finite(x) for x in rows[:, j]] for j, k in enumerate(tl.keys)}
             if tl.n_samples > n:
                 d.notes.append(f"The ring keeps the last {n} of {tl.n_samples} samples; older "
                                "steps are summarised per epoch only.")
-            d.steps, d.values = _downsample(d.steps, d.values)
+            d.steps, d.values = downsample(d.steps, d.values)
         except Exception as e:  # noqa: BLE001
             d.notes.append(f"Timeline unreadable ({type(e).__name__}: {e}).")
         try:
@@ -157,7 +157,7 @@ def from_run(mw: MemWatch) -> ReportData:
     return d
 
 
-def _live_workers(mw: MemWatch) -> list[dict[str, Any]]:
+def _live_workers(mw: LiveRun) -> list[dict[str, Any]]:
     """Per-worker RSS/USS over steps, from the workers probe's bounded history."""
     probe = next((p for p in mw.probes if p.name == "workers"), None)
     tl = mw.timeline
@@ -169,7 +169,7 @@ def _live_workers(mw: MemWatch) -> list[dict[str, Any]]:
 
     offset = time.time() - time.monotonic()
     n = len(tl)
-    _, steps, times = tl._rows(tl.n_samples - n, tl.n_samples)
+    _, steps, times = tl.recent(n)
     wall = times + offset
     by_index: dict[int, dict[str, Any]] = {}
     for s in hist:
@@ -192,7 +192,7 @@ def _fullness_from(latest: dict[str, float], limits: dict[str, float]) -> list[d
 
     rows = []
     for metric, limit in sorted(limits.items()):
-        v = _num(latest.get(metric))
+        v = finite(latest.get(metric))
         if metric in SHOWN_METRICS and v is not None and limit and limit > 0:
             rows.append({"scope": metric.split(".")[0], "metric": metric, "value": v,
                          "limit": limit, "utilization": v / limit})
@@ -232,7 +232,7 @@ def from_bundle(bundle: Bundle, display_path: str | None = None) -> ReportData:
     memory = bundle.read_json("memory.json", {}) or {}
     if isinstance(memory, dict):
         d.limits = {k: float(v) for k, v in (memory.get("limits") or {}).items()
-                    if _num(v) is not None}
+                    if finite(v) is not None}
     # The full timeline (not the summary's downsampled copy): charts downsample by max.
     steps: list[int] = []
     values: dict[str, list[float | None]] = {k: [] for k in s.keys}
@@ -240,8 +240,8 @@ def from_bundle(bundle: Bundle, display_path: str | None = None) -> ReportData:
         if rec.get("type") == "sample" and isinstance(rec.get("step"), int):
             steps.append(rec["step"])
             for k in values:
-                values[k].append(_num(rec.get(k)))
-    d.steps, d.values = _downsample(steps, values)
+                values[k].append(finite(rec.get(k)))
+    d.steps, d.values = downsample(steps, values)
     if not steps:
         d.notes.append("The bundle has no timeline samples (timeline.jsonl missing or empty).")
     if s.allocator:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from memwatch.core.errors import MemwatchError
-from memwatch.report.data import ReportData, _downsample, _num
+from memwatch.report.data import ReportData, downsample, finite
 
 __all__ = ["from_export"]
 
@@ -140,21 +140,21 @@ def from_export(path: str | os.PathLike[str]) -> ReportData:
             d.meta.append(("bundle", str(rec["path"])))
             continue
         if kind == "limits" and isinstance(rec.get("limits"), dict):
-            d.limits.update({k: float(v) for k, v in rec["limits"].items() if _num(v)})
+            d.limits.update({k: float(v) for k, v in rec["limits"].items() if finite(v)})
             continue
         step = rec.get("step", rec.get("trainer/global_step", rec.get("_step")))
-        if kind != "sample" or _num(step) is None:
+        if kind != "sample" or finite(step) is None:
             continue
         row = by_step.setdefault(int(step), {})  # type: ignore[arg-type]
         metrics = rec["metrics"] if isinstance(rec.get("metrics"), dict) else rec
         for col, v in metrics.items():
             named = _metric_name(str(col))
-            if named is not None and _num(v) is not None:
+            if named is not None and finite(v) is not None:
                 row[named[0]] = float(v) * named[1]
     for f in d.findings:
         # An export carries no limits, but a verdict states the one it forecast against.
         ev = f.get("evidence")
-        lim = _num(ev.get("limit_bytes")) if isinstance(ev, dict) else None
+        lim = finite(ev.get("limit_bytes")) if isinstance(ev, dict) else None
         if lim and isinstance(f.get("metric"), str) and f["metric"] not in d.limits:
             d.limits[f["metric"]] = lim
     if len(ranks) > 1:
@@ -165,7 +165,7 @@ def from_export(path: str | os.PathLike[str]) -> ReportData:
     keys = sorted({k for r in by_step.values() for k in r})
     steps = sorted(by_step)
     values = {k: [by_step[s].get(k) for s in steps] for k in keys}
-    d.steps, d.values = _downsample(steps, values)
+    d.steps, d.values = downsample(steps, values)
     if not steps:
         d.notes.append(f"{p.name} holds no sample rows with a step and a memory metric.")
     d.notes.append("An export has no per-worker history, allocator snapshot or census: open the "

@@ -45,7 +45,7 @@ from memwatch.report.exports import from_export
 
 if TYPE_CHECKING:
     from memwatch.bundle import Bundle
-    from memwatch.session import MemWatch
+    from memwatch.core.protocols import LiveRun
 
 __all__ = ["render", "render_bundle_html", "render_export", "render_run", "write_html"]
 
@@ -183,7 +183,7 @@ def render_bundle_html(bundle: Bundle, display_path: str | None = None,
         return render(d, with_charts=False)
 
 
-def render_run(mw: MemWatch, path: str | os.PathLike[str]) -> Path:
+def render_run(mw: LiveRun, path: str | os.PathLike[str]) -> Path:
     """Write the report of a live (or closed) run to ``path``; returns the absolute path."""
     return write_html(render(from_run(mw)), path)
 

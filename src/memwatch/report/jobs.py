@@ -29,7 +29,7 @@ from typing import Any
 
 from memwatch.bundle import Bundle
 from memwatch.core.errors import BundleError
-from memwatch.report.data import _num  # finite number or None, as the report reads values
+from memwatch.report.data import finite  # finite number or None, as the report reads values
 from memwatch.core.units import fmt_bytes
 
 __all__ = ["FAILURE_TRIGGERS", "WEAK_KEY_GAP_S", "Job", "JobComparison", "RankAtFailure",
@@ -292,7 +292,7 @@ def compare(job: Job) -> JobComparison:
             limits = {k: float(v) for k, v in (mem.get("limits") or {}).items()
                       if isinstance(v, (int, float))}
             if s is not None:
-                seen_metrics.update(k for k in COMPARED if _num(s.get(k)) is not None)
+                seen_metrics.update(k for k in COMPARED if finite(s.get(k)) is not None)
             rows.append(RankAtFailure(
                 rank=r, host=src.host, events=events, sample=s,
                 sample_age_s=(t0 - float(s["t"])) if s is not None else None, limits=limits,
@@ -302,7 +302,7 @@ def compare(job: Job) -> JobComparison:
         if ex is not None:
             sample = {f"{k}": v for k, v in (ex.get("peak") or {}).items()}
             sample["step"] = ex.get("step")
-            seen_metrics.update(k for k in COMPARED if _num(sample.get(k)) is not None)
+            seen_metrics.update(k for k in COMPARED if finite(sample.get(k)) is not None)
             t = ex.get("time")
             rows.append(RankAtFailure(
                 rank=r, host=ex.get("host"), events=["no bundle"], sample=sample,
@@ -337,7 +337,7 @@ def _utc(t: float) -> str:
 
 
 def _cell(s: dict[str, Any] | None, metric: str, limits: dict[str, float]) -> str:
-    v = _num(s.get(metric)) if s is not None else None
+    v = finite(s.get(metric)) if s is not None else None
     if v is None:
         return "-"
     lim = limits.get(metric)

@@ -33,7 +33,7 @@ from memwatch.core.units import fmt_bytes
 
 if TYPE_CHECKING:
     from memwatch.core.findings import Finding
-    from memwatch.session import MemWatch
+    from memwatch.core.protocols import LiveRun
 
 __all__ = ["epoch_summary_text", "print_epoch_summary", "print_summary", "render_rich",
            "render_text", "rich_available"]
@@ -248,7 +248,7 @@ def print_summary(s: Summary, tail_rows: int = 12, file: IO[str] | None = None,
 
 
 # --------------------------------------------------------------------------- epochs
-def _epoch_rows(mw: MemWatch) -> list[tuple[str, float, float, float | None]]:
+def _epoch_rows(mw: LiveRun) -> list[tuple[str, float, float, float | None]]:
     """(metric, floor, peak, change of floor vs the previous epoch) for the shown metrics."""
     eps = mw.epochs
     if not eps:
@@ -277,7 +277,7 @@ def _signed(n: float | None) -> str:
     return ("+" if n >= 0 else "-") + fmt_bytes(abs(n))
 
 
-def epoch_summary_text(mw: MemWatch, findings: list[Finding] | None = None) -> str:
+def epoch_summary_text(mw: LiveRun, findings: list[Finding] | None = None) -> str:
     """The epoch just closed, as plain text: floor, peak and floor change per metric, and the
     findings of this epoch end (``findings``: what ``end_epoch()`` returned)."""
     eps = mw.epochs
@@ -301,7 +301,7 @@ def epoch_summary_text(mw: MemWatch, findings: list[Finding] | None = None) -> s
     return "\n".join(out) + "\n"
 
 
-def print_epoch_summary(mw: MemWatch, findings: list[Finding] | None = None,
+def print_epoch_summary(mw: LiveRun, findings: list[Finding] | None = None,
                         file: IO[str] | None = None, fmt: str = "auto") -> None:
     """Print :func:`epoch_summary_text`, as a rich table on a terminal. Never raises (it runs in
     the training loop): a failure prints one line instead."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from memwatch.report.data import ReportData, _num
+from memwatch.report.data import ReportData, finite
 
 __all__ = ["TrendLine", "fit_trend"]
 
@@ -88,7 +88,7 @@ def fit_trend(d: ReportData, metric: str) -> TrendLine | None:
     big = rise > max(256 * 1024, 2e-4 * abs(level), 4 * tr.noise)
     slope, significant, source = tr.slope, bool(tr.increasing() and big), "fit"
     for f in reversed(d.findings):
-        bps = _num(f.get("bytes_per_step"))
+        bps = finite(f.get("bytes_per_step"))
         if f.get("metric") == metric and f.get("kind") in ("leak", "near_oom") and bps:
             slope, significant, source = bps, True, "analyzer"
             break
@@ -96,7 +96,7 @@ def fit_trend(d: ReportData, metric: str) -> TrendLine | None:
     y1 = float(tr.intercept + tr.slope * x1)
     y0 = y1 - slope * (x1 - x0)
     line = TrendLine(metric, x0, x1, y0, y1, float(slope), source, bool(significant))
-    limit = _num(d.limits.get(metric))
+    limit = finite(d.limits.get(metric))
     if limit and limit > 0:
         line.limit = limit
         if significant and slope > 0 and y1 < limit:

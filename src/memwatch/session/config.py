@@ -10,10 +10,10 @@ Example::
     >>> cfg = WatchConfig(device="CUDA:1", census="always")
     >>> cfg.device_spec, cfg.census
     ('cuda:1', 'always')
-    >>> WatchConfig(interval_s=0)
+    >>> WatchConfig(interval_s=0)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    memwatch.core.errors.ConfigError: interval_s=0 must be a positive number; for example 1.0 (seconds).
+    memwatch.core.errors.ConfigError: interval_s=0 must be a positive number; ...
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import math
 import os
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from memwatch.analysis.allocations import DEFAULT_FRAMES, MAX_FRAMES
 from memwatch.core.errors import ConfigError
@@ -32,7 +32,9 @@ from memwatch.runtime.dispatch import SinkSet, validate_sinks
 from memwatch.runtime.recorder import RecorderConfig, parse_bundle_on
 from memwatch.runtime.watchdog import WatchdogConfig, parse_watchdog
 
-__all__ = ["DEVICE_CHOICES", "WatchConfig"]
+__all__ = ["DEVICE_CHOICES", "ConfigOption", "WatchConfig"]
+
+T = TypeVar("T")
 
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|mps)(?::(\d+))?$")
 DEVICE_CHOICES = "None/'auto', 'cpu', 'cuda', 'cuda:N', 'mps', or a probe such as FakeDevice"
@@ -78,11 +80,54 @@ def _tracemalloc_frames(value: Any) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class WatchConfig:
-    """Every option of :class:`memwatch.MemWatch` (see its docstring for what each does).
+    """Every option of :class:`memwatch.MemWatch`, validated: ``MemWatch(**options)`` builds one.
 
     Normalised on construction (``device`` to a spec or a probe, ``bundle_on`` to a set of
-    classes, ``watchdog`` to a :class:`memwatch.runtime.watchdog.WatchdogConfig` or ``None``);
-    ``dataclasses.replace(cfg, ...)`` re-validates.
+    classes, ``watchdog`` to a :class:`memwatch.WatchdogConfig` or ``None``, ``sinks`` to a
+    tuple); ``dataclasses.replace(cfg, ...)`` re-validates.
+
+    Args:
+        device: ``None``/``"auto"`` (CUDA if torch is imported and CUDA is available, else MPS,
+            else no accelerator), ``"cpu"`` (host and workers only), ``"cuda"``, ``"cuda:N"``,
+            ``"mps"``, or a device probe object such as :class:`memwatch.testing.FakeDevice`.
+        host: sample this process's RSS per step and USS/PSS in the background.
+        workers: sample DataLoader worker processes in the background.
+        out_dir: where bundles, reports and exports go.
+        interval_s: period of the background sampler (slow reads), seconds.
+        capacity: raw samples kept in the ring (rows); memory is ``capacity * metrics * 8`` bytes.
+        buckets_per_epoch: bucket summaries kept per epoch (even, >= 4).
+        total_steps: the run's planned number of optimizer steps, if known (forecast horizon).
+        analyze: run the analyzer at every ``end_epoch()``. ``mw.analyzer`` is the analyzer
+            (any object with ``check(summary, context) -> list[Finding]`` may replace it).
+        census: tensor census at epoch ends: ``"auto"`` (when cheap or when growth is suspected),
+            ``"always"`` or ``"never"``.
+        recorder: write OOM bundles under ``<out_dir>/oom/`` (see ``docs/flight-recorder.md``).
+        bundle_on: which failures write a bundle: ``"oom"`` (every OOM class, default), ``"all"``,
+            ``"none"`` or a tuple of ``"cuda_oom"``, ``"host_oom"``, ``"mps_oom"``, ``"other"``.
+        max_bundles, max_total_bytes: retention of ``<out_dir>/oom`` (oldest deleted first).
+        max_bundle_bytes: one bundle over this is trimmed, largest optional files first.
+        record_history: record the CUDA allocator's allocation history (costs a stack walk per
+            allocation; makes ``snapshot.pickle`` show who allocated what).
+        bundle_report: each bundle's ``report.html``: ``"full"`` (charts; plotly.js inlined,
+            about 5 MB), ``"tables"`` (a few KiB), ``"none"``, or ``"auto"`` (default: full,
+            but tables for the bundles a distributed job's survivors write when the launcher
+            stops them with a signal). ``memwatch report BUNDLE`` draws the charts later.
+        signals: SIGTERM/SIGUSR1 write a bundle, then go to the previous handler.
+        watchdog: ``True`` (defaults), ``False``, a dict or a
+            :class:`memwatch.WatchdogConfig` (thresholds and actions).
+        sinks: objects following :class:`memwatch.sinks.Sink` (W&B, Prometheus, JSONL...): they
+            get the latest sample every ``log_every_n_steps`` steps, the findings at every epoch
+            end and every bundle written; one that fails is disabled after one warning. A
+            :class:`memwatch.sinks.SinkSet` is shared as it is (its owner closes it).
+        log_every_n_steps: how often the sinks get a sample (optimizer steps).
+        stage: the loop this session watches: ``"train"`` (default), or ``"val"``, ``"test"``,
+            ``"predict"`` for an evaluation session beside training (its findings say so; it
+            sends no per-step samples to the sinks).
+        tracemalloc: trace Python allocations (``True``: 8 frames each, or the number of
+            frames) and diff them by allocation site at every epoch end, so that a leak of plain
+            Python objects (lists of dicts, string logs, caches of bytes or arrays) is named by
+            the line that allocates it. Costs time on every Python allocation while on (see
+            ``docs/benchmarks.md``); tracing the user already started is used and never stopped.
     """
 
     device: Any = None
@@ -187,3 +232,22 @@ class WatchConfig:
     def options(self) -> dict[str, Any]:
         """The options as keyword arguments of :class:`memwatch.MemWatch`."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+class ConfigOption(Generic[T]):
+    """A read-only attribute of :class:`memwatch.MemWatch` that reads its ``config``: ``mw.host``
+    is ``mw.config.host``."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> ConfigOption[T]: ...
+
+    @overload
+    def __get__(self, obj: object, owner: type) -> T: ...
+
+    def __get__(self, obj: object, owner: type) -> Any:
+        if obj is None:
+            return self
+        return getattr(obj.config, self.field)  # type: ignore[attr-defined]

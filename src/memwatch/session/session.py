@@ -17,15 +17,13 @@ import os
 import sys
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from memwatch.analysis.context import CheckContext
 from memwatch.core.errors import ConfigError
-from memwatch.core.findings import Finding, Origin
-from memwatch.core.protocols import CheckReport
+from memwatch.core.findings import Finding
 from memwatch.probes.base import DeviceProbe, Probe
 from memwatch.runtime.dispatch import SinkSet
 from memwatch.runtime.exchange import rank_info
@@ -33,8 +31,10 @@ from memwatch.runtime.recorder import FlightRecorder
 from memwatch.runtime.schedule import Schedule
 from memwatch.runtime.watchdog import Watchdog
 from memwatch.session.checkpoint import MAX_FINDINGS, Checkpointing
-from memwatch.session.config import WatchConfig
+from memwatch.session.checks import Checks
+from memwatch.session.config import ConfigOption, WatchConfig
 from memwatch.session.probes import NanProbe, open_probes, resolve_device
+from memwatch.session.view import SessionReader
 from memwatch.timeline import EpochSummary, Timeline
 from memwatch.timeline.sampler import BackgroundSampler, SlowReader
 
@@ -43,51 +43,18 @@ log = logging.getLogger("memwatch")
 __all__ = ["MAX_FINDINGS", "MemWatch", "SessionReader", "rank_info", "watch"]
 
 
-class MemWatch(Checkpointing):
+class MemWatch(Checks, Checkpointing):
     """Watches memory during training and turns samples into verdicts.
 
-    Args:
-        device: ``None``/``"auto"`` (CUDA if torch is imported and CUDA is available, else MPS,
-            else no accelerator), ``"cpu"`` (host and workers only), ``"cuda"``, ``"cuda:N"``,
-            ``"mps"``, or a device probe object such as :class:`memwatch.testing.FakeDevice`.
-        host: sample this process's RSS per step and USS/PSS in the background.
-        workers: sample DataLoader worker processes in the background.
-        out_dir: where bundles, reports and exports go.
-        interval_s: period of the background sampler (slow reads), seconds.
-        capacity: raw samples kept in the ring (rows); memory is ``capacity * metrics * 8`` bytes.
-        buckets_per_epoch: bucket summaries kept per epoch (even, >= 4).
-        total_steps: the run's planned number of optimizer steps, if known (forecast horizon).
-        analyze: run the analyzer at every ``end_epoch()``. ``mw.analyzer`` is the analyzer
-            (any object with ``check(summary, context) -> list[Finding]`` may replace it).
-        census: tensor census at epoch ends: ``"auto"`` (when cheap or when growth is suspected),
-            ``"always"`` or ``"never"``.
-        recorder: write OOM bundles under ``<out_dir>/oom/`` (see ``docs/flight-recorder.md``).
-        bundle_on: which failures write a bundle: ``"oom"`` (every OOM class, default), ``"all"``,
-            ``"none"`` or a tuple of ``"cuda_oom"``, ``"host_oom"``, ``"mps_oom"``, ``"other"``.
-        max_bundles, max_total_bytes: retention of ``<out_dir>/oom`` (oldest deleted first).
-        max_bundle_bytes: one bundle over this is trimmed, largest optional files first.
-        record_history: record the CUDA allocator's allocation history (costs a stack walk per
-            allocation; makes ``snapshot.pickle`` show who allocated what).
-        bundle_report: each bundle's ``report.html``: ``"full"`` (charts; plotly.js inlined,
-            about 5 MB), ``"tables"`` (a few KiB), ``"none"``, or ``"auto"`` (default: full,
-            but tables for the bundles a distributed job's survivors write when the launcher
-            stops them with a signal). ``memwatch report BUNDLE`` draws the charts later.
-        signals: SIGTERM/SIGUSR1 write a bundle, then go to the previous handler.
-        watchdog: ``True`` (defaults), ``False``, a dict or a
-            :class:`memwatch.WatchdogConfig` (thresholds and actions).
-        sinks: objects following :class:`memwatch.sinks.Sink` (W&B, Prometheus, JSONL...): they
-            get the latest sample every ``log_every_n_steps`` steps, the findings at every epoch
-            end and every bundle written; one that fails is disabled after one warning. A
-            :class:`memwatch.sinks.SinkSet` is shared as it is (its owner closes it).
-        log_every_n_steps: how often the sinks get a sample (optimizer steps).
-        stage: the loop this session watches: ``"train"`` (default), or ``"val"``, ``"test"``,
-            ``"predict"`` for an evaluation session beside training (its findings say so; it
-            sends no per-step samples to the sinks).
-        tracemalloc: trace Python allocations (``True``: 8 frames each, or the number of
-            frames) and diff them by allocation site at every epoch end, so that a leak of plain
-            Python objects (lists of dicts, string logs, caches of bytes or arrays) is named by
-            the line that allocates it. Costs time on every Python allocation while on (see
-            ``docs/benchmarks.md``); tracing the user already started is used and never stopped.
+    ``MemWatch(**options)``: every option, its default and what it does are documented on
+    :class:`memwatch.WatchConfig` (the validated value the options become, ``mw.config``).
+    The most used: ``device`` (``None`` picks CUDA or MPS when available), ``out_dir``,
+    ``total_steps``, ``census``, ``watchdog``, ``sinks``, ``tracemalloc``.
+
+    Attributes (besides the options, readable under their names): :attr:`findings`,
+    :attr:`step_count`, :attr:`epoch`, :attr:`checks`, :attr:`timeline`, :attr:`device`,
+    :attr:`recorder`, :attr:`watchdog`, :attr:`analyzer`, :attr:`sinks`, :attr:`should_stop`
+    and :attr:`stop_reason`, :attr:`disabled`.
 
     Example::
 
@@ -201,58 +168,20 @@ class MemWatch(Checkpointing):
         self._pending_state: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ options
-    @property
-    def host(self) -> bool:
-        return bool(self.config.host)
-
-    @property
-    def workers(self) -> bool:
-        return bool(self.config.workers)
-
-    @property
-    def out_dir(self) -> str:
-        return str(self.config.out_dir)
-
-    @property
-    def interval_s(self) -> float:
-        return float(self.config.interval_s)
-
-    @property
-    def capacity(self) -> int:
-        return self.config.capacity
-
-    @property
-    def buckets_per_epoch(self) -> int:
-        return self.config.buckets_per_epoch
-
-    @property
-    def analyze(self) -> bool:
-        return bool(self.config.analyze)
-
-    @property
-    def census_mode(self) -> str:
-        return self.config.census
-
-    @property
-    def distributed(self) -> str:
-        return self.config.distributed
-
-    @property
-    def exchange_timeout_s(self) -> float:
-        return float(self.config.exchange_timeout_s)
-
-    @property
-    def log_every_n_steps(self) -> int:
-        return self.config.log_every_n_steps
-
-    @property
-    def tracemalloc_frames(self) -> int:
-        """Frames kept per traced allocation; 0 when ``tracemalloc=False``."""
-        return self.config.tracemalloc_frames
-
-    @property
-    def stage(self) -> str:
-        return self.config.stage
+    host = ConfigOption[bool]("host")
+    workers = ConfigOption[bool]("workers")
+    out_dir = ConfigOption[str]("out_dir")
+    interval_s = ConfigOption[float]("interval_s")
+    capacity = ConfigOption[int]("capacity")
+    buckets_per_epoch = ConfigOption[int]("buckets_per_epoch")
+    analyze = ConfigOption[bool]("analyze")
+    census_mode = ConfigOption[str]("census")
+    distributed = ConfigOption[str]("distributed")
+    exchange_timeout_s = ConfigOption[float]("exchange_timeout_s")
+    log_every_n_steps = ConfigOption[int]("log_every_n_steps")
+    #: Frames kept per traced allocation; 0 when ``tracemalloc=False``.
+    tracemalloc_frames = ConfigOption[int]("tracemalloc_frames")
+    stage = ConfigOption[str]("stage")
 
     @property
     def sinks(self) -> SinkSet:
@@ -298,26 +227,6 @@ class MemWatch(Checkpointing):
         self._running = True
         _register_fork_guard(self)
         return self
-
-    def _start_exchange(self) -> None:
-        """Per-rank summaries at checks (never per step) when running distributed."""
-        self.rank = rank_info()  # torch.distributed may have been initialised after __init__
-        from memwatch.runtime.exchange import RankExchange, dist_ready, job_identity
-
-        try:
-            self.job = job_identity()
-        except Exception:  # noqa: BLE001 - an odd environment must not stop the run
-            pass
-        if self.distributed == "off":
-            return
-        dist = dist_ready()
-        if dist is None:
-            return
-        try:
-            self._exchange = RankExchange(dist, self.exchange_timeout_s, self.job)
-            self.job = self._exchange.job
-        except Exception as e:  # noqa: BLE001
-            self._disable("rank exchange", e)
 
     def _start_recorder_and_watchdog(self) -> None:
         rcfg = self.config.recorder_config
@@ -386,39 +295,6 @@ class MemWatch(Checkpointing):
         except Exception as e:  # noqa: BLE001
             self._disable("watchdog", e)
             self.watchdog = None
-
-    def _start_analyzer(self) -> None:
-        try:
-            from memwatch.analysis import Analyzer
-
-            self.analyzer = Analyzer(self.config.analyzer_config)
-        except Exception as e:  # noqa: BLE001
-            self._disable("analyzer", e)
-
-    def _start_tracer(self) -> None:
-        if self.analyzer is None:
-            log.info("memwatch: tracemalloc=%r does nothing without the analyzer (analyze=False "
-                     "or it failed to start): only the analyzer reads it; not tracing",
-                     self.tracemalloc_frames)
-            return
-        try:
-            from memwatch.analysis.allocations import AllocationTracer
-
-            self._tracer = AllocationTracer(self.tracemalloc_frames).start()
-        except Exception as e:  # noqa: BLE001
-            self._tracer = None
-            self._disable("tracemalloc", e)
-
-    def _stop_tracer(self, exc: BaseException | None = None) -> None:
-        tracer, self._tracer = self._tracer, None
-        if exc is not None:
-            self._disable("tracemalloc", exc)
-        if tracer is None:
-            return
-        try:
-            tracer.close()
-        except Exception:  # noqa: BLE001
-            log.debug("memwatch: tracemalloc failed to stop", exc_info=True)
 
     def close(self) -> None:
         """Stop the sampler, release probes. Idempotent; never raises."""
@@ -543,94 +419,6 @@ class MemWatch(Checkpointing):
         self.epoch += 1
         return self._check(summary, "epoch_end")
 
-    def _origin(self, summary: EpochSummary | None) -> Origin:
-        world = self.rank.get("world_size", 1)
-        return Origin(epoch=summary.epoch if summary is not None else max(self.epoch - 1, 0),
-                      step=summary.end_step if summary is not None else self.step_count,
-                      rank=self.rank.get("rank", 0) if world > 1 else None,
-                      stage=self.stage, check=self.checks)
-
-    def _context(self, origin: Origin, census: str | None = None,
-                 trace: Any = None) -> CheckContext:
-        """What the analyzer is told at this check (it never reads the session)."""
-        tracer = self._tracer
-        return CheckContext(
-            origin=origin, limits=self.limits(), total_steps=self.total_steps,
-            steps_done=self.step_count,
-            device_kind=getattr(self.device, "kind", "cuda") or "cuda",
-            census=census or self.census_mode, trace=trace,
-            tracing=tracer is not None and tracer.active,
-            collected=tracer is not None and tracer.active
-            and tracer.collected_epoch == origin.epoch)
-
-    def _check(self, summary: EpochSummary | None, at: str) -> list[Finding]:
-        origin = self._origin(summary)
-        self.checks += 1
-        trace = None
-        if summary is not None and self._tracer is not None:
-            try:  # before the analyzer, which reads the diff
-                trace = self._tracer.epoch_end(summary.epoch, self.step_count,
-                                               self.latest().get("host.rss"))
-            except Exception as e:  # noqa: BLE001
-                self._stop_tracer(e)
-        new: list[Finding] = []
-        if summary is not None and self.analyzer is not None and "analyzer" not in self.disabled:
-            new = self._judge(summary, self._context(origin, trace=trace))
-        new += self._exchange_ranks(new, summary, origin)  # every rank, even after an empty epoch
-        self.findings.extend(new)
-        if len(self.findings) > MAX_FINDINGS:
-            # Bounded whatever the run length: the oldest findings go first (every one was also
-            # returned by its check and handed to the sinks when it was new).
-            del self.findings[: len(self.findings) - MAX_FINDINGS]
-        if self.watchdog is not None and new and "watchdog" not in self.disabled:
-            try:
-                self.watchdog.on_findings(new)
-            except Exception as e:  # noqa: BLE001
-                self._disable("watchdog", e)
-        if self._sinks and summary is not None:
-            self._sinks.check(CheckReport(
-                stage=self.stage, epoch=summary.epoch, step=self.step_count,
-                check=origin.check or 0, at=at, findings=tuple(new), summary=summary,
-                rank_summaries=tuple(self.rank_summaries)))
-        return new
-
-    def _judge(self, summary: EpochSummary, ctx: CheckContext) -> list[Finding]:
-        tracer = self._tracer
-        rss0 = tracer.rss() if tracer is not None else None
-        try:
-            return list(self.analyzer.check(summary, ctx))
-        except Exception as e:  # noqa: BLE001
-            self._disable("analyzer", e)
-            return []
-        finally:
-            if rss0 is not None and tracer is not None:
-                # Under tracing, memwatch's own work here (the census) grows the traces and the
-                # RSS: the next allocation-site diff must not take that for the user's growth.
-                rss1 = tracer.rss()
-                if rss1 is not None:
-                    tracer.note_own_rss(summary.epoch, rss1 - rss0)
-
-    def _exchange_ranks(self, new: list[Finding], summary: EpochSummary | None,
-                        origin: Origin) -> list[Finding]:
-        ex = self._exchange
-        if ex is None or "rank exchange" in self.disabled:
-            return []
-        try:
-            from memwatch.analysis.ranks import cross_rank_findings
-            from memwatch.runtime.exchange import rank_payload
-
-            self.rank_summaries = []
-            got = ex.exchange(rank_payload(self.view, new, summary))
-            if got is not None:  # rank 0
-                self.rank_summaries = got
-                last = self.rank_last_seen + [None] * (len(got) - len(self.rank_last_seen))
-                self.rank_last_seen = [g if g is not None else prev
-                                       for g, prev in zip(got, last[:len(got)], strict=True)]
-                return cross_rank_findings(got, ex.missing, self.exchange_timeout_s, origin)
-        except Exception as e:  # noqa: BLE001
-            self._disable("rank exchange", e)
-        return []
-
     # ------------------------------------------------------------------ flight recorder
     def dump(self, reason: str, exc: BaseException | None = None) -> Path | None:
         """Write a bundle now (``trigger="manual"``); returns its path, or None (never raises)."""
@@ -688,58 +476,6 @@ class MemWatch(Checkpointing):
             if p.name == "workers":
                 return p.per_worker()  # type: ignore[attr-defined,no-any-return]
         return []
-
-
-class SessionReader:
-    """The read-only :class:`memwatch.core.protocols.SessionView` of one :class:`MemWatch`:
-    what the flight recorder, the watchdog and the rank exchange may read of it."""
-
-    __slots__ = ("_mw",)
-
-    def __init__(self, mw: MemWatch) -> None:
-        self._mw = mw
-
-    @property
-    def out_dir(self) -> str:
-        return self._mw.out_dir
-
-    @property
-    def step_count(self) -> int:
-        return self._mw.step_count
-
-    @property
-    def epoch(self) -> int:
-        return self._mw.epoch
-
-    @property
-    def rank(self) -> Mapping[str, int]:
-        return self._mw.rank
-
-    @property
-    def job(self) -> Mapping[str, Any]:
-        return self._mw.job
-
-    @property
-    def device(self) -> Any:
-        return self._mw.device
-
-    @property
-    def timeline(self) -> Any:
-        return self._mw.timeline
-
-    @property
-    def findings(self) -> Sequence[Finding]:
-        return tuple(self._mw.findings)
-
-    @property
-    def total_steps(self) -> int | None:
-        return self._mw.total_steps
-
-    def latest(self) -> dict[str, float]:
-        return self._mw.latest()
-
-    def limits(self) -> dict[str, float]:
-        return self._mw.limits()
 
 
 _live_sessions: weakref.WeakSet[MemWatch] = weakref.WeakSet()

@@ -1,0 +1,203 @@
+"""Checks: where a session turns its samples into verdicts.
+
+:class:`Checks` is the part of :class:`memwatch.MemWatch` that owns the analyzer, the allocation
+tracer (``tracemalloc=``) and the cross-rank exchange, and runs a check: it builds the
+:class:`memwatch.analysis.CheckContext` the analyzer is told (the analyzer never reads the
+session), asks for the verdicts, exchanges per-rank summaries, and hands the report to the
+watchdog and the sinks. Every finding is born here complete (:class:`memwatch.core.findings.
+Origin`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from memwatch.analysis.context import CheckContext
+from memwatch.core.findings import Finding, Origin
+from memwatch.core.protocols import CheckReport, SessionView
+from memwatch.runtime.dispatch import SinkSet
+from memwatch.session.checkpoint import MAX_FINDINGS
+from memwatch.session.config import WatchConfig
+from memwatch.timeline import EpochSummary
+
+log = logging.getLogger("memwatch")
+
+__all__ = ["Checks"]
+
+
+class Checks:
+    """The analyzer, tracer and rank exchange of :class:`memwatch.MemWatch` (a mixin)."""
+
+    # What this part reads of the session (MemWatch defines them).
+    config: WatchConfig
+    view: SessionView
+    analyzer: Any
+    watchdog: Any
+    device: Any
+    findings: list[Finding]
+    disabled: dict[str, str]
+    rank: dict[str, int]
+    job: dict[str, Any]
+    epoch: int
+    step_count: int
+    checks: int
+    total_steps: int | None
+    rank_summaries: list[Any]
+    rank_last_seen: list[Any]
+    _tracer: Any
+    _exchange: Any
+    _sinks: SinkSet
+
+    def limits(self) -> dict[str, float]:
+        raise NotImplementedError  # MemWatch.limits
+
+    def latest(self) -> dict[str, float]:
+        raise NotImplementedError  # MemWatch.latest
+
+    def _disable(self, component: str, exc: BaseException) -> None:
+        raise NotImplementedError  # MemWatch._disable
+
+    def _start_exchange(self) -> None:
+        """Per-rank summaries at checks (never per step) when running distributed."""
+        from memwatch.runtime.exchange import RankExchange, dist_ready, job_identity, rank_info
+
+        self.rank = rank_info()  # torch.distributed may have been initialised after __init__
+
+        try:
+            self.job = job_identity()
+        except Exception:  # noqa: BLE001 - an odd environment must not stop the run
+            pass
+        if self.config.distributed == "off":
+            return
+        dist = dist_ready()
+        if dist is None:
+            return
+        try:
+            self._exchange = RankExchange(dist, float(self.config.exchange_timeout_s), self.job)
+            self.job = self._exchange.job
+        except Exception as e:  # noqa: BLE001
+            self._disable("rank exchange", e)
+
+    def _start_analyzer(self) -> None:
+        try:
+            from memwatch.analysis import Analyzer
+
+            self.analyzer = Analyzer(self.config.analyzer_config)
+        except Exception as e:  # noqa: BLE001
+            self._disable("analyzer", e)
+
+    def _start_tracer(self) -> None:
+        if self.analyzer is None:
+            log.info("memwatch: tracemalloc=%r does nothing without the analyzer (analyze=False "
+                     "or it failed to start): only the analyzer reads it; not tracing",
+                     self.config.tracemalloc_frames)
+            return
+        try:
+            from memwatch.analysis.allocations import AllocationTracer
+
+            self._tracer = AllocationTracer(self.config.tracemalloc_frames).start()
+        except Exception as e:  # noqa: BLE001
+            self._tracer = None
+            self._disable("tracemalloc", e)
+
+    def _stop_tracer(self, exc: BaseException | None = None) -> None:
+        tracer, self._tracer = self._tracer, None
+        if exc is not None:
+            self._disable("tracemalloc", exc)
+        if tracer is None:
+            return
+        try:
+            tracer.close()
+        except Exception:  # noqa: BLE001
+            log.debug("memwatch: tracemalloc failed to stop", exc_info=True)
+
+    def _origin(self, summary: EpochSummary | None) -> Origin:
+        world = self.rank.get("world_size", 1)
+        return Origin(epoch=summary.epoch if summary is not None else max(self.epoch - 1, 0),
+                      step=summary.end_step if summary is not None else self.step_count,
+                      rank=self.rank.get("rank", 0) if world > 1 else None,
+                      stage=self.config.stage, check=self.checks)
+
+    def _context(self, origin: Origin, census: str | None = None,
+                 trace: Any = None) -> CheckContext:
+        """What the analyzer is told at this check (it never reads the session)."""
+        tracer = self._tracer
+        return CheckContext(
+            origin=origin, limits=self.limits(), total_steps=self.total_steps,
+            steps_done=self.step_count,
+            device_kind=getattr(self.device, "kind", "cuda") or "cuda",
+            census=census or self.config.census, trace=trace,
+            tracing=tracer is not None and tracer.active,
+            collected=tracer is not None and tracer.active
+            and tracer.collected_epoch == origin.epoch)
+
+    def _check(self, summary: EpochSummary | None, at: str) -> list[Finding]:
+        origin = self._origin(summary)
+        self.checks += 1
+        trace = None
+        if summary is not None and self._tracer is not None:
+            try:  # before the analyzer, which reads the diff
+                trace = self._tracer.epoch_end(summary.epoch, self.step_count,
+                                               self.latest().get("host.rss"))
+            except Exception as e:  # noqa: BLE001
+                self._stop_tracer(e)
+        new: list[Finding] = []
+        if summary is not None and self.analyzer is not None and "analyzer" not in self.disabled:
+            new = self._judge(summary, self._context(origin, trace=trace))
+        new += self._exchange_ranks(new, summary, origin)  # every rank, even after an empty epoch
+        self.findings.extend(new)
+        if len(self.findings) > MAX_FINDINGS:
+            # Bounded whatever the run length: the oldest findings go first (every one was also
+            # returned by its check and handed to the sinks when it was new).
+            del self.findings[: len(self.findings) - MAX_FINDINGS]
+        if self.watchdog is not None and new and "watchdog" not in self.disabled:
+            try:
+                self.watchdog.on_findings(new)
+            except Exception as e:  # noqa: BLE001
+                self._disable("watchdog", e)
+        if self._sinks and summary is not None:
+            self._sinks.check(CheckReport(
+                stage=self.config.stage, epoch=summary.epoch, step=self.step_count,
+                check=origin.check or 0, at=at, findings=tuple(new), summary=summary,
+                rank_summaries=tuple(self.rank_summaries)))
+        return new
+
+    def _judge(self, summary: EpochSummary, ctx: CheckContext) -> list[Finding]:
+        tracer = self._tracer
+        rss0 = tracer.rss() if tracer is not None else None
+        try:
+            return list(self.analyzer.check(summary, ctx))
+        except Exception as e:  # noqa: BLE001
+            self._disable("analyzer", e)
+            return []
+        finally:
+            if rss0 is not None and tracer is not None:
+                # Under tracing, memwatch's own work here (the census) grows the traces and the
+                # RSS: the next allocation-site diff must not take that for the user's growth.
+                rss1 = tracer.rss()
+                if rss1 is not None:
+                    tracer.note_own_rss(summary.epoch, rss1 - rss0)
+
+    def _exchange_ranks(self, new: list[Finding], summary: EpochSummary | None,
+                        origin: Origin) -> list[Finding]:
+        ex = self._exchange
+        if ex is None or "rank exchange" in self.disabled:
+            return []
+        try:
+            from memwatch.analysis.ranks import cross_rank_findings
+            from memwatch.runtime.exchange import rank_payload
+
+            self.rank_summaries = []
+            got = ex.exchange(rank_payload(self.view, new, summary))
+            if got is not None:  # rank 0
+                self.rank_summaries = got
+                last = self.rank_last_seen + [None] * (len(got) - len(self.rank_last_seen))
+                self.rank_last_seen = [g if g is not None else prev
+                                       for g, prev in zip(got, last[:len(got)], strict=True)]
+                return cross_rank_findings(got, ex.missing, self.config.exchange_timeout_s,
+                                           origin)
+        except Exception as e:  # noqa: BLE001
+            self._disable("rank exchange", e)
+        return []
+

@@ -1,0 +1,313 @@
+"""The package's structure, enforced: layers import downwards only, no import cycles, no module
+reads another's private names, adapters stay thin, modules stay small.
+
+The layers (``docs/architecture.md`` draws them): a module may import its own package and any
+package of a *lower* layer, never a higher one nor a sibling of its own layer. Imports made only
+for type checking (``if TYPE_CHECKING:``) follow the layering too; only run-time imports count
+for cycles. Everything is read from the source with ``ast``: nothing is imported.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parent.parent / "src" / "memwatch"
+
+#: Layer of each top-level part of the package (lower numbers are imported by higher ones).
+LAYERS: dict[str, int] = {
+    "_version": 0,
+    "core": 0,
+    "probes": 1,
+    "timeline": 2,
+    "analysis": 3,
+    "bundle": 3,
+    "runtime": 4,
+    "report": 5,
+    "sinks": 5,
+    "session": 6,
+    "integrations": 7,
+    "testing": 7,
+    "cli": 8,
+    "__init__": 9,  # memwatch/__init__.py: the public facade
+}
+ADAPTERS = ("lightning", "transformers", "accelerate")
+MAX_ADAPTER_CODE_LINES = 150
+MAX_MODULE_LINES = 500
+
+
+# --------------------------------------------------------------------------- reading the tree
+def module_name(path: Path, root: Path = PKG) -> str:
+    rel = path.relative_to(root.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules(root: Path = PKG) -> dict[str, Path]:
+    return {module_name(p, root): p for p in sorted(root.rglob("*.py"))}
+
+
+def part_of(mod: str) -> str:
+    """``memwatch.analysis.leak`` -> ``analysis``; ``memwatch`` -> ``__init__``."""
+    parts = mod.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            t = node.test
+            name = t.id if isinstance(t, ast.Name) else t.attr if isinstance(t, ast.Attribute) \
+                else None
+            if name == "TYPE_CHECKING":
+                for child in node.body:
+                    lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+def imports(path: Path, known: set[str]) -> Iterator[tuple[str, int, bool]]:
+    """(imported memwatch module, line, run-time import?) for every import in ``path``."""
+    tree = ast.parse(path.read_text(), str(path))
+    typing_only = _type_checking_lines(tree)
+    for node in ast.walk(tree):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                targets.append(sub if sub in known else node.module)
+        for t in targets:
+            if t == "memwatch" or t.startswith("memwatch."):
+                yield t, node.lineno, node.lineno not in typing_only
+
+
+def import_graph(root: Path = PKG) -> dict[str, set[str]]:
+    mods = modules(root)
+    known = set(mods)
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for m, path in mods.items():
+        for target, _, runtime in imports(path, known):
+            while target not in known and "." in target:
+                target = target.rsplit(".", 1)[0]
+            if runtime and target != m:
+                graph[m].add(target)
+    return graph
+
+
+def layering_violations(root: Path = PKG) -> list[str]:
+    mods = modules(root)
+    known = set(mods)
+    bad = []
+    for m, path in mods.items():
+        src_part = part_of(m)
+        for target, line, _ in imports(path, known):
+            dst_part = part_of(target)
+            if dst_part == src_part:
+                continue
+            if dst_part not in LAYERS or src_part not in LAYERS:
+                bad.append(f"{m}:{line} imports {target}: {dst_part!r} or {src_part!r} has no "
+                           "layer in LAYERS")
+            elif LAYERS[dst_part] >= LAYERS[src_part]:
+                bad.append(f"{m}:{line} imports {target} ({dst_part}, layer "
+                           f"{LAYERS[dst_part]}) from {src_part} (layer {LAYERS[src_part]})")
+    return bad
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def private_reads(root: Path = PKG) -> list[str]:
+    """Reads of a private name (``_x``) that another memwatch module defines, from a module that
+    does not define it: ``obj._x`` on something other than ``self``/``cls``, and
+    ``from memwatch.m import _x``."""
+    mods = modules(root)
+    defined: dict[str, set[str]] = {}
+    trees = {m: ast.parse(p.read_text(), str(p)) for m, p in mods.items()}
+    for m, tree in trees.items():
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names = [node.attr]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                tgts = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names = [t.id for t in tgts if isinstance(t, ast.Name)]
+            for n in names:
+                if n.startswith("_") and not n.startswith("__"):
+                    defined.setdefault(n, set()).add(m)
+    bad = []
+    for m, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in defined \
+                    and m not in defined[node.attr]:
+                v = node.value
+                if isinstance(v, ast.Name) and v.id in ("self", "cls"):
+                    continue
+                bad.append(f"{m}:{node.lineno} reads .{node.attr} (defined in "
+                           f"{', '.join(sorted(defined[node.attr]))})")
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("memwatch"):
+                for a in node.names:
+                    if a.name.startswith("_") and not a.name.startswith("__") \
+                            and node.module != m:
+                        bad.append(f"{m}:{node.lineno} imports private {a.name} from "
+                                   f"{node.module}")
+    return bad
+
+
+def code_lines(path: Path) -> int:
+    """Lines of code: not blank, not a comment, not part of a docstring."""
+    src = path.read_text()
+    tree = ast.parse(src)
+    doc: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(
+                    getattr(body[0], "value", None), ast.Constant) and \
+                    isinstance(body[0].value.value, str):
+                doc.update(range(body[0].lineno, (body[0].end_lineno or body[0].lineno) + 1))
+    comments = {t.start[0] for t in tokenize.generate_tokens(io.StringIO(src).readline)
+                if t.type == tokenize.COMMENT}
+    return sum(1 for i, line in enumerate(src.splitlines(), 1)
+               if line.strip() and i not in doc
+               and not (i in comments and line.strip().startswith("#")))
+
+
+# --------------------------------------------------------------------------- the rules
+def test_every_part_of_the_package_has_a_layer() -> None:
+    parts = {part_of(m) for m in modules()}
+    assert parts <= set(LAYERS), f"give these a layer in LAYERS and docs: {parts - set(LAYERS)}"
+
+
+def test_imports_point_down_only() -> None:
+    assert layering_violations() == []
+
+
+def test_no_import_cycles() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_no_module_reads_another_modules_private_names() -> None:
+    assert private_reads() == []
+
+
+def test_adapters_are_thin() -> None:
+    sizes = {a: code_lines(PKG / "integrations" / f"{a}.py") for a in ADAPTERS}
+    assert all(n <= MAX_ADAPTER_CODE_LINES for n in sizes.values()), sizes
+
+
+def test_no_module_over_the_size_limit() -> None:
+    big = {m: n for m, p in modules().items()
+           if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert big == {}
+
+
+# --------------------------------------------------------------------------- the rules can fail
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    root = tmp_path / "memwatch"
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    return root
+
+
+def test_a_planted_upward_import_is_caught(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "__init__.py": "",
+        "core/__init__.py": "",
+        "core/units.py": "from memwatch.session.session import MemWatch\n",
+        "session/__init__.py": "",
+        "session/session.py": "from memwatch.core.units import x\n",
+    })
+    bad = layering_violations(root)
+    assert len(bad) == 1 and "memwatch.core.units:1 imports memwatch.session.session" in bad[0]
+
+
+def test_a_planted_sibling_import_and_type_only_import_are_caught(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "__init__.py": "",
+        "report/__init__.py": "",
+        "report/html.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                          "    from memwatch.sinks.wandb import WandbSink\n",
+        "sinks/__init__.py": "",
+        "sinks/wandb.py": "",
+    })
+    assert len(layering_violations(root)) == 1
+
+
+def test_a_planted_cycle_is_caught(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "__init__.py": "",
+        "analysis/__init__.py": "from memwatch.analysis.analyzer import Analyzer\n",
+        "analysis/analyzer.py": "from memwatch.analysis import leak\n",
+        "analysis/leak.py": "def f():\n    from memwatch.analysis.analyzer import Analyzer\n",
+    })
+    assert cycles(import_graph(root)) == [["memwatch.analysis.analyzer",
+                                           "memwatch.analysis.leak"]]
+
+
+def test_a_planted_private_read_is_caught(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "__init__.py": "",
+        "session.py": "class S:\n    def __init__(self):\n        self._tracer = None\n",
+        "runtime.py": "def f(s):\n    return s._tracer\n",
+        "report.py": "from memwatch.session import _helper\n",
+    })
+    bad = sorted(private_reads(root))
+    assert bad == ["memwatch.report:1 imports private _helper from memwatch.session",
+                   "memwatch.runtime:2 reads ._tracer (defined in memwatch.session)"]
+
+
+@pytest.mark.parametrize("source,expected", [
+    ('"""doc\nstring"""\n\n# a comment\nx = 1  # trailing\n\ndef f():\n    """doc"""\n'
+     '    return x\n', 3),
+])
+def test_code_lines_count(tmp_path: Path, source: str, expected: int) -> None:
+    p = tmp_path / "m.py"
+    p.write_text(source)
+    assert code_lines(p) == expected
