@@ -36,9 +36,9 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from memwatch import MemWatchWarning
+from memwatch.core.units import fmt_bytes
 from memwatch.integrations.accelerate import attach
 from memwatch.testing import FakeDevice
-from memwatch.core.units import fmt_bytes
 
 QUICK = os.environ.get("MEMWATCH_EXAMPLE_QUICK") == "1"
 OUT = Path("accelerate-demo")

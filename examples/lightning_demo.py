@@ -36,8 +36,8 @@ from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from memwatch.integrations.lightning import MemWatchCallback, MemWatchWarning
 from memwatch.core.units import fmt_bytes, fmt_duration
+from memwatch.integrations.lightning import MemWatchCallback, MemWatchWarning
 
 
 class LeakyRegressor(L.LightningModule):

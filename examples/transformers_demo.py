@@ -36,9 +36,9 @@ from torch.utils.data import Dataset
 from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
 
 from memwatch import MemWatchWarning
+from memwatch.core.units import fmt_bytes
 from memwatch.integrations.transformers import MemWatchCallback, watch_trainer
 from memwatch.testing import FakeDevice
-from memwatch.core.units import fmt_bytes
 
 MIB = 1 << 20
 

@@ -307,11 +307,11 @@ def test_good_tracemalloc_values(tmp_path: Path) -> None:
 
 
 def test_integrations_check_the_option_at_construction() -> None:
-    from memwatch.integrations._adapter import check_options
+    from memwatch.integrations._driver import Driver
 
-    check_options("MemWatchCallback", {"tracemalloc": 4})
+    Driver("MemWatchCallback", None, {"tracemalloc": 4})
     with pytest.raises(ConfigError, match="tracemalloc='on'"):
-        check_options("MemWatchCallback", {"tracemalloc": "on"})
+        Driver("MemWatchCallback", None, {"tracemalloc": "on"})
 
 
 # --------------------------------------------------------------------------- the pieces

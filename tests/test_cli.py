@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import memwatch
-from memwatch.core import safepickle
 from memwatch.cli import main
+from memwatch.core import safepickle
 from memwatch.core.errors import UnsafePickleError
 from memwatch.testing import FakeDevice
 

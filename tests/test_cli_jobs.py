@@ -20,8 +20,8 @@ import pytest
 
 from memwatch.bundle import Bundle
 from memwatch.cli import main
-from memwatch.runtime.exchange import job_identity
 from memwatch.report.jobs import WEAK_KEY_GAP_S, group_jobs
+from memwatch.runtime.exchange import job_identity
 
 RANK_SCRIPT = Path(__file__).with_name("job_rank.py")
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import memwatch
-from memwatch.core import safepickle
 from memwatch.bundle import TMP_PREFIX, find_bundles, host_name, open_bundle
+from memwatch.core import safepickle
 from memwatch.core.errors import ConfigError
 from memwatch.core.oom import classify, parse_oom_message
 from memwatch.testing import FakeDevice

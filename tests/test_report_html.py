@@ -21,6 +21,7 @@ import pytest
 import memwatch
 import report_builders as rb
 from memwatch.bundle import open_bundle
+from memwatch.bundle.export import to_csv, to_json
 from memwatch.cli import main
 from memwatch.report.allocator import history_view, segments_view
 from memwatch.report.data import ReportData, from_bundle, from_run
@@ -28,7 +29,6 @@ from memwatch.report.exports import from_export
 from memwatch.report.html import render, render_bundle_html, render_export, render_run
 from memwatch.report.trends import fit_trend
 from memwatch.sinks import JsonlSink
-from memwatch.bundle.export import to_csv, to_json
 
 MIB = rb.MIB
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 import memwatch
+from memwatch.bundle.export import to_csv, to_json
 from memwatch.core.errors import ConfigError
 from memwatch.sinks import JsonlSink, MemorySink, Sink
-from memwatch.bundle.export import to_csv, to_json
 from memwatch.sinks.jsonl import read_events
 from memwatch.testing import FakeDevice
 from sinks_helpers import GIB, MIB, leak_run

@@ -13,8 +13,8 @@ import memwatch
 from memwatch.bundle import open_bundle
 from memwatch.core.errors import ConfigError
 from memwatch.core.findings import Finding
-from memwatch.testing import FakeDevice
 from memwatch.runtime.watchdog import Alert, WatchdogConfig
+from memwatch.testing import FakeDevice
 
 MIB = 1 << 20
 

@@ -14,8 +14,8 @@ from accelerate.state import AcceleratorState, GradientState
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from memwatch.testing.wandb_offline import records
 from memwatch.testing import malloc_trim  # noqa: F401 - the tests import it from here
+from memwatch.testing.wandb_offline import records
 
 N_IN = 32
 

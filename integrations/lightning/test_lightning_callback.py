@@ -14,8 +14,8 @@ import pytest
 from lightning_helpers import Regressor, column, loader, make_trainer, read_metrics
 
 import memwatch
-from memwatch.core.errors import ConfigError
 from memwatch.core import metrics as _logkeys
+from memwatch.core.errors import ConfigError
 from memwatch.integrations import lightning as mw_lightning
 from memwatch.integrations.lightning import MemWatchCallback, MemWatchWarning
 

@@ -14,8 +14,8 @@ from lightning_helpers import Regressor, loader, make_trainer
 from memwatch import MemWatchWarning
 from memwatch.integrations.lightning import MemWatchCallback
 from memwatch.sinks.wandb import WandbSink
-from memwatch.testing.wandb_offline import read_offline_run
 from memwatch.testing import FakeDevice
+from memwatch.testing.wandb_offline import read_offline_run
 
 wandb = pytest.importorskip("wandb")
 
@@ -115,7 +115,9 @@ def test_user_sinks_see_training_only_and_close_once(tmp_path: Path) -> None:
     assert [s for s, _ in sink.metrics] == list(range(4, 33, 4))  # the trainer's cadence
     assert [e for e, _, _ in sink.epochs] == [0, 1]  # training epochs, never validation's
     assert sink.closed
-    assert not cb.eval_memwatch["val"]._sinks  # evaluation timelines get no sinks
+    # Evaluation timelines share the fan-out, but a sink without on_check hears of training
+    # checks only: nothing of validation reached this one.
+    assert cb.eval_memwatch["val"].checks == 2 and all(f.stage == "train" for f in sink.findings)
 
 
 def test_wandb_sink_false_leaves_the_logger_to_the_callback(tmp_path: Path) -> None:
@@ -126,7 +128,7 @@ def test_wandb_sink_false_leaves_the_logger_to_the_callback(tmp_path: Path) -> N
     trainer = make_trainer(tmp_path, [cb], max_epochs=1, logger=logger, log_every_n_steps=4,
                            limit_val_batches=0)
     trainer.fit(Regressor(width=64), loader(16, 8))
-    assert not cb.memwatch._sinks  # type: ignore[union-attr]
+    assert not cb.memwatch.sinks.has(WandbSink)  # type: ignore[union-attr]
     run_dir = Path(logger.experiment.dir).parent
     wandb.finish()
     data = read_offline_run(run_dir)
@@ -143,7 +145,7 @@ def test_a_wandb_sink_passed_by_the_user_is_the_only_one(tmp_path: Path) -> None
     trainer = make_trainer(tmp_path, [cb], max_epochs=1, logger=logger, log_every_n_steps=4,
                            limit_val_batches=0)
     trainer.fit(Regressor(width=64), loader(16, 8))
-    assert cb.memwatch._sinks.sinks == [mine]  # type: ignore[union-attr]
+    assert [s for s in cb.memwatch.sinks if isinstance(s, WandbSink)] == [mine]  # type: ignore
     run_dir = Path(logger.experiment.dir).parent
     wandb.finish()
     rows = [r for r in read_offline_run(run_dir).history if "memwatch/host.rss_gib" in r]

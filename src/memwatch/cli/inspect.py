@@ -17,13 +17,13 @@ import argparse
 from pathlib import Path
 
 from memwatch.bundle import TMP_PREFIX, find_bundles, open_bundle
+from memwatch.bundle.documents import segments_summary
 from memwatch.cli._base import Command
 from memwatch.core.errors import BundleError, MemwatchError
-from memwatch.bundle.documents import segments_summary
+from memwatch.core.units import fmt_bytes
 from memwatch.report.jobs import compare, group_jobs, render_comparison
 from memwatch.report.summary import summarize
 from memwatch.report.terminal import print_summary
-from memwatch.core.units import fmt_bytes
 
 
 class InspectCommand(Command):

@@ -19,8 +19,8 @@ from typing import Any
 from memwatch.bundle import Bundle, find_bundles
 from memwatch.cli._base import Command
 from memwatch.core.errors import BundleError
-from memwatch.report.jobs import Job, group_jobs
 from memwatch.core.units import fmt_bytes
+from memwatch.report.jobs import Job, group_jobs
 
 _HEAD = f"{'time (UTC)':<26} {'rank':>4} {'trigger':<13} {'class':<9} {'size':>10}  bundle"
 

@@ -53,8 +53,8 @@ class FrozenDict(dict):  # type: ignore[type-arg]
         raise TypeError("a finding's evidence is read-only; build a new Finding instead")
 
     __setitem__ = __delitem__ = _readonly
-    clear = pop = popitem = setdefault = update = _readonly  # type: ignore[assignment]
-    __ior__ = _readonly  # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _readonly
+    __ior__ = _readonly
 
     def __reduce__(self) -> tuple[Any, ...]:
         # pickle/copy would rebuild a dict subclass item by item through __setitem__.
@@ -151,8 +151,8 @@ class Origin:
                 evidence: Mapping[str, Any] | None = None, **fields: Any) -> Finding:
         """A :class:`Finding` born here; ``fields`` may name another ``rank`` (a cross-rank
         verdict is about the rank it names, though rank 0 judged it)."""
-        where = {"epoch": self.epoch, "step": self.step, "rank": self.rank,
-                 "stage": self.stage, "check": self.check}
+        where: dict[str, Any] = {"epoch": self.epoch, "step": self.step, "rank": self.rank,
+                                 "stage": self.stage, "check": self.check}
         where.update(fields)
         return Finding(suggestions=tuple(suggestions), evidence=dict(evidence or {}), **where)
 

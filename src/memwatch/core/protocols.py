@@ -52,7 +52,8 @@ class Sink(Protocol):
     evaluation loops; ``on_findings`` is called for training checks only), and
     ``on_log(metrics, step)`` for logger-ready keys an integration reports outside checks
     (a recovered OOM, the bundle of a run that died). A sink that sets
-    ``wants_final_bundle = True`` gets an end-of-run bundle (report and snapshot).
+    ``wants_final_bundle = True`` gets an end-of-run bundle (report and snapshot); its
+    ``sink_name``, if any, names it in warnings.
     """
 
     def on_metrics(self, step: int, sample: Mapping[str, float]) -> None:

@@ -9,11 +9,11 @@ import html as _html
 from collections.abc import Callable
 from typing import Any
 
+from memwatch.core.units import fmt_bytes
 from memwatch.report import charts
 from memwatch.report.allocator import history_view, segments_view
 from memwatch.report.data import CHART_METRICS, ReportData
 from memwatch.report.summary import latest_findings, tensor_label
-from memwatch.core.units import fmt_bytes
 
 __all__ = ["SECTIONS", "Page", "esc"]
 

@@ -1,7 +1,8 @@
 """The allocator's state at the failure, read from an allocator snapshot.
 
 A snapshot is the plain-data dict of ``torch.cuda.memory._snapshot()`` (``FakeDevice.snapshot()``
-has the same shape), loaded from a bundle's ``snapshot.pickle`` with :mod:`memwatch.core.safepickle`:
+has the same shape), loaded from a bundle's ``snapshot.pickle`` with
+:mod:`memwatch.core.safepickle`:
 
 * ``segments``: one dict per segment the caching allocator holds from the driver (``address``,
   ``total_size``, ``allocated_size``, ``segment_type``, ``blocks``: each block's ``size``,

@@ -29,8 +29,8 @@ from typing import Any
 
 from memwatch.bundle import Bundle
 from memwatch.core.errors import BundleError
-from memwatch.report.data import finite  # finite number or None, as the report reads values
 from memwatch.core.units import fmt_bytes
+from memwatch.report.data import finite  # finite number or None, as the report reads values
 
 __all__ = ["FAILURE_TRIGGERS", "WEAK_KEY_GAP_S", "Job", "JobComparison", "RankAtFailure",
            "RankBundle", "compare", "group_jobs", "job_key", "render_comparison"]

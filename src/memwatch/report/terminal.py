@@ -28,8 +28,8 @@ import sys
 import textwrap
 from typing import IO, TYPE_CHECKING, Any
 
-from memwatch.report.summary import SHOWN_METRICS, Summary, latest_findings, tensor_label
 from memwatch.core.units import fmt_bytes
+from memwatch.report.summary import SHOWN_METRICS, Summary, latest_findings, tensor_label
 
 if TYPE_CHECKING:
     from memwatch.core.findings import Finding

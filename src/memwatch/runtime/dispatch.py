@@ -59,8 +59,8 @@ def validate_sinks(sinks: Iterable[Any] | None) -> list[Any]:
 class SinkSet:
     """Calls every sink; the first exception from a sink disables it with one warning."""
 
-    def __init__(self, sinks: Iterable[Any] = ()) -> None:
-        self.sinks: list[Any] = validate_sinks(list(sinks))
+    def __init__(self, sinks: Iterable[Any] | None = ()) -> None:
+        self.sinks: list[Any] = validate_sinks(sinks)
         #: ``id(sink)`` -> the error that disabled it.
         self.disabled: dict[int, str] = {}
         self.closed = False
@@ -74,6 +74,9 @@ class SinkSet:
     def add(self, sink: Any) -> None:
         validate_sinks([sink])
         self.sinks.append(sink)
+
+    def remove(self, sink: Any) -> None:
+        self.sinks = [s for s in self.sinks if s is not sink]
 
     def has(self, kind: type) -> bool:
         """Is a sink of this type in the set (enabled or not)?"""
@@ -106,8 +109,9 @@ class SinkSet:
             getattr(s, method)(*args)
         except Exception as e:  # noqa: BLE001 - a sink never stops training
             self.disabled[id(s)] = f"{type(e).__name__}: {e}"
+            name = getattr(s, "sink_name", None) or type(s).__name__
             log.warning("memwatch: sink %s disabled after an error in %s (%s: %s); "
-                        "training continues", type(s).__name__, method, type(e).__name__, e)
+                        "training continues", name, method, type(e).__name__, e)
 
     def findings(self, epoch: int, findings: list[Any], summary: Any) -> None:
         self._call("on_findings", epoch, findings, summary)
@@ -118,7 +122,11 @@ class SinkSet:
     def log(self, metrics: Mapping[str, float], step: int | None) -> None:
         """Logger-ready keys reported outside checks, to the sinks that take them (``on_log``)."""
         if metrics:
-            self._call("on_log", dict(metrics), step, optional=True)
+            self.notify("on_log", dict(metrics), step)
+
+    def notify(self, method: str, *args: Any) -> None:
+        """Call an optional sink method on the sinks that have it (same failure rule)."""
+        self._call(method, *args, optional=True)
 
     def wants_final_bundle(self) -> bool:
         return any(bool(getattr(s, "wants_final_bundle", False)) for s in self.sinks

@@ -53,8 +53,9 @@ class Checkpointing:
         """What a checkpoint keeps of this session, so a resumed run's verdicts span the restart.
 
         Plain data only (see :mod:`memwatch.runtime.resume`): JSON-serialisable with
-        ``allow_nan=False`` and loadable with ``torch.load(weights_only=True)``. Holds the timeline's epoch summaries
-        (with their metric names), ``step_count``, ``epoch`` and :attr:`findings`. Never raises.
+        ``allow_nan=False`` and loadable with ``torch.load(weights_only=True)``. Holds the
+        timeline's epoch summaries (with their metric names), ``step_count``, ``epoch`` and
+        :attr:`findings`. Never raises.
 
         Example::
 

@@ -70,8 +70,8 @@ class FakeDevice:
     An allocation that does not fit first releases cached segments and retries (counted in
     ``device.alloc_retries``), then calls every registered OOM observer — before anything unwinds,
     as the real allocator does — and raises ``torch.OutOfMemoryError`` (a
-    :class:`memwatch.core.errors.FakeOutOfMemoryError` when torch is not importable) with a CUDA-style
-    message.
+    :class:`memwatch.core.errors.FakeOutOfMemoryError` when torch is not importable) with a
+    CUDA-style message.
 
     Example::
 

@@ -1,0 +1,231 @@
+"""The frameworks' own logging paths as memwatch sinks: Lightning's ``trainer.loggers``,
+transformers' ``trainer.log`` (``log_history`` and every ``report_to`` integration), and
+``accelerator.log`` (every tracker of ``log_with=``).
+
+:class:`LoggerSink` turns what a session reports into logger keys (:mod:`memwatch.core.metrics`)
+the same way for all three: per-step samples, one row per check (the findings' counts and rates;
+an evaluation loop's last and peak values; rank 0's per-rank figures), the findings table where a
+logger takes tables, and the keys an adapter reports outside checks. The subclasses only say how
+their framework writes a row. They import no framework (duck typing), and a logger that raises
+is disabled by the :class:`memwatch.sinks.SinkSet` like any sink.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from memwatch.core.errors import ConfigError
+from memwatch.core.findings import Finding
+from memwatch.core.metrics import (
+    FINDING_COLUMNS,
+    PREFIX,
+    finding_row,
+    findings_metrics,
+    is_count,
+    rank_log_metrics,
+    to_log_metrics,
+)
+from memwatch.core.protocols import CheckReport
+
+log = logging.getLogger("memwatch")
+
+__all__ = ["AccelerateLog", "LightningLogger", "LoggerSink", "TrainerLog", "check_metrics"]
+
+
+def check_metrics(report: CheckReport, train_keys: bool = True) -> dict[str, float]:
+    """The logger row of one check. Training: the findings' counts and rates (unless
+    ``train_keys`` is False: a memwatch W&B sink writes those) and rank 0's per-rank figures.
+    Evaluation: the loop's last and peak values and its findings, under ``memwatch/<stage>/``."""
+    out: dict[str, float] = {}
+    if report.stage == "train":
+        if train_keys:
+            out.update(findings_metrics(report.findings))
+        if report.rank_summaries:
+            out.update(rank_log_metrics(report.rank_summaries, PREFIX))
+        return out
+    s = report.summary
+    if s is not None:
+        last = {k: float(s.last[i]) for i, k in enumerate(s.keys)}
+        peak = {f"{k}.peak": float(s.peak[i]) for i, k in enumerate(s.keys) if not is_count(k)}
+        out.update(to_log_metrics({**last, **peak}, stage=report.stage))
+    out.update(findings_metrics(report.findings, stage=report.stage))
+    return out
+
+
+class LoggerSink:
+    """A framework's logging path as a sink; subclasses implement :meth:`write`.
+
+    Args:
+        train: write training samples and training checks (False where a memwatch W&B sink
+            already writes them to the same run).
+    """
+
+    def __init__(self, train: bool = True) -> None:
+        self.train = train
+
+    # ------------------------------------------------------------------ the sink protocol
+    def on_metrics(self, step: int, sample: Mapping[str, float]) -> None:
+        if self.train:
+            metrics = to_log_metrics(sample)
+            if metrics:
+                self.write(metrics, step)
+
+    def on_findings(self, epoch: int, findings: Sequence[Finding], summary: Any) -> None:
+        """Superseded by :meth:`on_check` (which also hears about evaluation loops)."""
+
+    def on_check(self, report: CheckReport) -> None:
+        row = check_metrics(report, self.train)
+        if row:
+            self.write(row, report.step)
+        if report.findings and (self.train or report.stage != "train"):
+            self.write_table([finding_row(f, report.stage) for f in report.findings],
+                             report.step)
+
+    def on_bundle(self, path: Path, manifest: Mapping[str, Any]) -> None:
+        """Bundles reach the loggers through :meth:`on_failure_bundle` only."""
+
+    def on_log(self, metrics: Mapping[str, float], step: int | None) -> None:
+        if self.train:
+            self.write(dict(metrics), step)
+
+    def on_failure_bundle(self, path: Path) -> None:
+        self.write_text(f"{PREFIX}/oom_bundle", str(path))
+
+    def close(self) -> None:
+        """The framework owns its loggers: nothing to close."""
+
+    # ------------------------------------------------------------------ what subclasses say
+    def write(self, metrics: dict[str, float], step: int | None) -> None:
+        raise NotImplementedError
+
+    def write_table(self, rows: list[list[Any]], step: int | None) -> None:
+        """The findings table, where the logger takes tables (default: it does not)."""
+
+    def write_text(self, key: str, value: str) -> None:
+        """A piece of text (default: not written)."""
+
+
+class LightningLogger(LoggerSink):
+    """One of ``trainer.loggers`` (CSV, TensorBoard, W&B, MLflow...), at Lightning's step."""
+
+    def __init__(self, logger: Any, step: Callable[[], int], train: bool = True) -> None:
+        super().__init__(train)
+        self.logger = logger
+        self.step = step
+        self.sink_name = f"the trainer's {type(logger).__name__}"
+
+    def write(self, metrics: dict[str, float], step: int | None) -> None:
+        self.logger.log_metrics(metrics, step=self.step())
+
+    def write_table(self, rows: list[list[Any]], step: int | None) -> None:
+        if callable(getattr(self.logger, "log_table", None)):  # W&B
+            self.logger.log_table(key=f"{PREFIX}/findings_table", columns=list(FINDING_COLUMNS),
+                                  data=rows, step=self.step())
+        elif callable(getattr(getattr(self.logger, "experiment", None), "add_text", None)):
+            self.logger.experiment.add_text(f"{PREFIX}/findings", markdown_table(rows),
+                                            global_step=self.step())
+
+    def write_text(self, key: str, value: str) -> None:
+        # Hyperparameters are the one text channel every Lightning logger has (CSV writes
+        # hparams.yaml, W&B the run config, TensorBoard its hparams).
+        self.logger.log_hyperparams({key: value})
+
+
+class TrainerLog(LoggerSink):
+    """``trainer.log``: rows land in ``state.log_history`` and every ``report_to`` integration.
+
+    Keys written before the trainer is known wait in :attr:`pending` and ride on the trainer's
+    next row (the callback adds them in ``on_log``).
+    """
+
+    def __init__(self, trainer: Callable[[], Any], samples: bool) -> None:
+        super().__init__(train=True)
+        self.trainer = trainer
+        self.samples = samples  # own rows every N steps (else samples ride on the trainer's)
+        self.pending: dict[str, float] = {}
+        self.in_own_log = False
+        self.sink_name = "trainer.log"
+
+    def on_metrics(self, step: int, sample: Mapping[str, float]) -> None:
+        if self.samples:
+            super().on_metrics(step, sample)
+
+    def add_to_row(self, state: Any, logs: dict[str, Any], mw: Any) -> None:
+        """``on_log``: add the latest sample of ``mw`` (not to evaluation rows) and the keys
+        waiting for a row to the row the trainer logs, and to the copy of it ``Trainer.log``
+        already stored in ``log_history``."""
+        if self.in_own_log:
+            return
+        try:
+            extra, self.pending = self.pending, {}
+            if mw is not None and not any(str(k).startswith(("eval_", "test_")) for k in logs):
+                extra.update(to_log_metrics(mw.latest()))
+            if not extra:
+                return
+            history = getattr(state, "log_history", None)
+            row = history[-1] if history else None
+            same = isinstance(row, dict) and row.get("step") == state.global_step and \
+                all(k in row for k in logs)
+            logs.update(extra)
+            if same and isinstance(row, dict):
+                row.update(extra)
+        except Exception as e:  # noqa: BLE001 - the trainer's own row must go on
+            log.warning("memwatch: could not add memwatch keys to the log row (%s: %s)",
+                        type(e).__name__, e)
+
+    def write(self, metrics: dict[str, float], step: int | None) -> None:
+        trainer = self.trainer()
+        if trainer is None:
+            self.pending.update(metrics)
+            return
+        self.in_own_log = True
+        try:
+            trainer.log(dict(metrics))
+        finally:
+            self.in_own_log = False
+
+
+class AccelerateLog(LoggerSink):
+    """``accelerator.log`` (the main process only; nothing is built without trackers).
+
+    ``step``: ``"optimizer"`` (memwatch's count of optimizer steps), ``None`` (each tracker's
+    own counter) or a callable returning the loop's step.
+    """
+
+    def __init__(self, accelerator: Any, step: str | Callable[[], int] | None) -> None:
+        if not (step is None or step == "optimizer" or callable(step)):
+            raise ConfigError(f"step={step!r} is not understood; use 'optimizer', None, or a "
+                              "callable returning your loop's step.")
+        super().__init__(train=True)
+        self.accelerator = accelerator
+        self.step = step
+        self.main = bool(getattr(accelerator, "is_main_process", True))
+        self.sink_name = "accelerator.log"
+
+    def _step(self, n: int | None) -> int | None:
+        if callable(self.step):
+            return int(self.step())
+        return n if self.step == "optimizer" else None
+
+    def write(self, metrics: dict[str, float], step: int | None) -> None:
+        if self.main and self.accelerator.trackers:
+            self.accelerator.log(metrics, step=self._step(step))
+
+    def write_table(self, rows: list[list[Any]], step: int | None) -> None:
+        if not self.main:
+            return
+        for tracker in list(self.accelerator.trackers):
+            if callable(getattr(tracker, "log_table", None)):
+                tracker.log_table(f"{PREFIX}/findings_table", columns=list(FINDING_COLUMNS),
+                                  data=rows, step=self._step(step))
+
+
+def markdown_table(rows: list[list[Any]]) -> str:
+    head = "| " + " | ".join(FINDING_COLUMNS) + " |"
+    sep = "|" + "---|" * len(FINDING_COLUMNS)
+    body = ["| " + " | ".join("" if v is None else str(v).replace("|", "/") for v in r) + " |"
+            for r in rows]
+    return "\n".join([head, sep, *body])
