@@ -44,6 +44,21 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> DoctestMod
     return None
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Tests marked ``gpu`` need a CUDA (or ROCm) device: without one they are skipped, saying
+    so (``pytest -m gpu`` on a CPU machine, or ``make gpu-check``, which reports them)."""
+    if item.get_closest_marker("gpu") is None:
+        return
+    torch = sys.modules.get("torch")
+    if torch is None:
+        try:
+            import torch
+        except ImportError:
+            pytest.skip("needs torch with a CUDA or ROCm device (torch is not installed)")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA or ROCm device (run `pytest -m gpu` on a GPU machine)")
+
+
 @pytest.fixture(autouse=True)
 def _doctest_tmp(request: pytest.FixtureRequest, doctest_namespace: dict[str, Any]) -> None:
     """Docstring examples write under ``tmp`` (a per-example temporary directory, as a string)."""

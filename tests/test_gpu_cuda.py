@@ -25,14 +25,6 @@ from memwatch.probes.cuda import CudaProbe  # noqa: E402
 MiB = 2**20
 
 
-@pytest.fixture(autouse=True)
-def _needs_cuda() -> None:
-    # A fixture, not a module-level skip: the default run deselects these tests by marker before
-    # any fixture runs, so a CPU-only `make test` reports nothing about them.
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA or ROCm device (run `pytest -m gpu` on a GPU machine)")
-
-
 @pytest.fixture
 def probe() -> Any:
     torch.cuda.empty_cache()

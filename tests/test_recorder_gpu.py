@@ -19,12 +19,6 @@ torch = pytest.importorskip("torch")
 MiB = 2**20
 
 
-@pytest.fixture(autouse=True)
-def _needs_cuda() -> None:
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA or ROCm device (run `pytest -m gpu` on a GPU machine)")
-
-
 def test_real_cuda_oom_bundle_shows_the_tensors_alive_at_the_failure(tmp_path: Path) -> None:
     torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info()

@@ -22,12 +22,6 @@ from memwatch.integrations.accelerate import attach
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(autouse=True)
-def _needs_cuda() -> None:
-    if not torch.cuda.is_available():
-        pytest.fail("marked gpu but CUDA is not available (run `pytest -m gpu` on a GPU host)")
-
-
 def test_fp16_overflow_steps_are_not_samples(tmp_path: Path) -> None:
     acc = Accelerator(mixed_precision="fp16")
     model = Regressor(256)

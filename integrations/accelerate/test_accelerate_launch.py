@@ -10,20 +10,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from memwatch.testing import free_port
+
 SCRIPT = Path(__file__).resolve().parent / "launch_script.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.slow  # two interpreters that import torch and accelerate
@@ -33,7 +28,7 @@ def test_accelerate_launch_two_cpu_processes(tmp_path: Path) -> None:
     env = dict(os.environ, WANDB_MODE="offline", OMP_NUM_THREADS="1")
     cmd = [str(launcher), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
            "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", str(_free_port()), str(SCRIPT), str(tmp_path)]
+           "--main_process_port", str(free_port()), str(SCRIPT), str(tmp_path)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
 

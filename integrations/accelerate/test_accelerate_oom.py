@@ -20,14 +20,9 @@ from accelerate_helpers import Regressor, loader
 
 from memwatch import MemWatchWarning
 from memwatch.integrations.accelerate import attach
-from memwatch.testing import FakeDevice
+from memwatch.testing import FakeDevice, bundle_dirs
 
 MIB = 1 << 20
-
-
-def _bundles(out: Path) -> list[Path]:
-    root = out / "oom"
-    return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
 
 
 def test_batch_size_finder_retries_are_recovered_ooms(tmp_path: Path) -> None:
@@ -60,7 +55,7 @@ def test_batch_size_finder_retries_are_recovered_ooms(tmp_path: Path) -> None:
     assert hook.recovered_ooms[0]["tried_to_allocate"] >= 65 * MIB
     assert hook.memwatch.step_count == 6 and hook.memwatch.epoch == 1
     hook.detach()
-    assert _bundles(tmp_path) == []  # no bundle for OOMs the program recovered from
+    assert bundle_dirs(tmp_path) == []  # no bundle for OOMs the program recovered from
 
 
 def test_an_oom_that_ends_the_loop_leaves_one_bundle(tmp_path: Path) -> None:
@@ -78,7 +73,7 @@ def test_an_oom_that_ends_the_loop_leaves_one_bundle(tmp_path: Path) -> None:
                 opt.step()
                 opt.zero_grad()
     assert hook.bundle_path is not None and hook.bundle_path.exists()
-    assert _bundles(tmp_path) == [hook.bundle_path]
+    assert bundle_dirs(tmp_path) == [hook.bundle_path]
     assert len(opt.optimizer._optimizer_step_post_hooks) == 0  # detached on the way out
 
 
@@ -105,6 +100,6 @@ def test_an_oom_the_loop_catches_itself_is_not_a_batch_size_retry(tmp_path: Path
     assert skipped == 1 and hook.memwatch.step_count == 5
     assert hook.recovered_oom_count == 0 and hook.batch_size is None
     hook.detach()
-    bundles = _bundles(tmp_path)
+    bundles = bundle_dirs(tmp_path)
     assert len(bundles) == 1
     assert json.loads((bundles[0] / "manifest.json").read_text())["trigger"] == "oom_observer"

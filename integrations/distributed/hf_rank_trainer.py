@@ -32,7 +32,7 @@ BATCH = 8
 HIDDEN = 32  # tiny_bert's hidden size: one kept hidden state is BATCH x SEQ x HIDDEN float32
 
 
-class RankOneLeaks(Trainer):
+class RankOneKeepsHiddenStates(Trainer):
     """Rank-dependent debugging code left in ``compute_loss``: rank 1 keeps the last hidden state of
     every batch (8 x 64 x 32 float32 = 64 KiB per step, detached, never released)."""
 
@@ -60,7 +60,7 @@ def main() -> None:
         logging_steps=STEPS // 2, dataloader_num_workers=0, seed=0)
     cb = MemWatchCallback(workers=False, signals=False)
     # 2 x 8 x 80 samples: the trainer's DistributedSampler gives each rank 80 batches of 8.
-    trainer = RankOneLeaks(tiny_bert(hidden_states=True), args,
+    trainer = RankOneKeepsHiddenStates(tiny_bert(hidden_states=True), args,
                            train_dataset=Tokens(2 * BATCH * STEPS), callbacks=[cb])
     trainer.remove_callback(PrinterCallback)
     rank = args.process_index

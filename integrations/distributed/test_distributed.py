@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -21,15 +20,10 @@ from typing import Any
 import pytest
 
 from memwatch.cli import main
+from memwatch.testing import free_port
 
 HERE = Path(__file__).parent
 SCRIPT = HERE / "rank_loop.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _env() -> dict[str, str]:
@@ -41,7 +35,7 @@ def _env() -> dict[str, str]:
 
 def _torchrun(mode: str, out: Path) -> None:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-           "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(SCRIPT), mode, str(out)]
+           "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(SCRIPT), mode, str(out)]
     subprocess.run(cmd, check=True, timeout=240, env=_env(), cwd=out)
 
 
@@ -79,7 +73,7 @@ def test_no_collective_from_step(tmp_path: Path) -> None:
 
 def test_rank_dying_of_oom_leaves_bundle_and_rank0_does_not_hang(tmp_path: Path) -> None:
     # Hand-started ranks: torchrun would kill rank 0 as soon as rank 1 dies.
-    port = _free_port()
+    port = free_port()
     procs, logs = [], []
     for rank in (0, 1):
         env = _env() | {"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
@@ -117,7 +111,7 @@ def test_torchrun_job_bundles_grouped_and_compared(tmp_path: Path,
     made it up and sent it to every rank: torchrun's default run id is "none"), and
     `memwatch inspect DIR` says rank 1 failed first and shows rank 0's memory at that moment."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-           "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(SCRIPT),
+           "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(SCRIPT),
            "rank1_ooms_torchrun", str(tmp_path)]
     r = subprocess.run(cmd, timeout=240, env=_env(), cwd=tmp_path, capture_output=True, text=True)
     assert r.returncode != 0  # a rank failed: torchrun reports it

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,15 +15,11 @@ from typing import Any
 
 import pytest
 
+from memwatch.testing import free_port
+
 SCRIPT = Path(__file__).parent / "hf_rank_trainer.py"
 STEPS, EPOCHS = 80, 4  # per rank, as in the script
 GIB = 2**30
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _report(out: Path, rank: int) -> dict[str, Any]:
@@ -36,7 +31,7 @@ def test_trainer_under_torchrun_rank0_names_rank1_leak(tmp_path: Path) -> None:
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     env.pop("WORLD_SIZE", None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-           "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(SCRIPT), str(tmp_path)]
+           "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(SCRIPT), str(tmp_path)]
     proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r0, r1 = _report(tmp_path, 0), _report(tmp_path, 1)

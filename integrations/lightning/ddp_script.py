@@ -25,20 +25,9 @@ from typing import Any
 
 import torch
 from lightning.pytorch.loggers import CSVLogger
-from lightning_helpers import Regressor, loader, make_trainer
+from lightning_helpers import RankOneLeaks, loader, make_trainer
 
 from memwatch.integrations.lightning import MemWatchCallback, MemWatchWarning
-
-
-class RankOneLeaks(Regressor):
-    """Only global rank 1 keeps a 256 KiB tensor per step."""
-
-    kept: list[torch.Tensor] = []
-
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
-        if self.global_rank == 1:
-            RankOneLeaks.kept.append(torch.ones(1 << 16))
-        return super().training_step(batch, batch_idx)
 
 
 class RecordingCallback(MemWatchCallback):

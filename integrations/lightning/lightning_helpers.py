@@ -138,3 +138,13 @@ def read_metrics(trainer: L.Trainer) -> list[dict[str, str]]:
 def column(rows: list[dict[str, str]], key: str) -> list[float]:
     return [float(r[key]) for r in rows if r.get(key) not in (None, "")]
 
+
+class RankOneLeaks(Regressor):
+    """Only global rank 1 keeps a 256 KiB tensor per step (a rank-dependent leak)."""
+
+    kept: list[torch.Tensor] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        if self.global_rank == 1:
+            RankOneLeaks.kept.append(torch.ones(1 << 16))
+        return super().training_step(batch, batch_idx)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lightning_helpers import Regressor, loader, make_trainer
+from lightning_helpers import RankOneLeaks, Regressor, loader, make_trainer
 
 from memwatch.integrations.lightning import MemWatchCallback
 
@@ -49,19 +49,6 @@ def test_ddp_spawn_every_rank_watches_itself(tmp_path: Path) -> None:
     # Each rank keeps its own output folder (bundles of rank 1 never overwrite rank 0's).
     assert recs[0]["out_dir"] != recs[1]["out_dir"]
     assert recs[1]["out_dir"].endswith("rank1")
-
-
-class RankOneLeaks(Regressor):
-    """Only global rank 1 keeps a 256 KiB tensor per step."""
-
-    kept: list[Any] = []
-
-    def training_step(self, batch: Any, batch_idx: int) -> Any:
-        if self.global_rank == 1:
-            import torch
-
-            RankOneLeaks.kept.append(torch.ones(1 << 16))
-        return super().training_step(batch, batch_idx)
 
 
 class FindingsRecorder(MemWatchCallback):

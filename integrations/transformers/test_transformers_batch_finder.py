@@ -17,7 +17,7 @@ from hf_helpers import DeviceHungryTrainer, Tokens, make_args, tiny_bert
 from transformers import TrainerCallback
 
 from memwatch.integrations.transformers import MemWatchCallback
-from memwatch.testing import FakeDevice
+from memwatch.testing import FakeDevice, bundle_dirs
 
 MIB = 1 << 20
 
@@ -36,11 +36,6 @@ def _run(tmp_path: Path, recovered_oom: str) -> tuple[MemWatchCallback, DeviceHu
     return cb, trainer, dev
 
 
-def _bundles(tmp_path: Path) -> list[Path]:
-    root = tmp_path / "out" / "memwatch" / "oom"
-    return sorted(p for p in root.iterdir() if p.is_dir()) if root.exists() else []
-
-
 def test_recovered_ooms_are_events_and_the_final_batch_size_is_reported(tmp_path: Path) -> None:
     cb, trainer, dev = _run(tmp_path, "event")
     assert dev.ooms == 2  # two real OOMs went through the observer path
@@ -49,7 +44,8 @@ def test_recovered_ooms_are_events_and_the_final_batch_size_is_reported(tmp_path
     assert [e["tried_to_allocate"] for e in cb.recovered_ooms] == [128 * MIB, 112 * MIB]
     assert all(e["bundle"] is None for e in cb.recovered_ooms)
     assert cb.train_batch_size == 12
-    assert _bundles(tmp_path) == []  # no bundle storm: none at all in "event" mode
+    # No bundle storm: none at all in "event" mode.
+    assert bundle_dirs(tmp_path / "out" / "memwatch") == []
     assert cb.bundle_path is None
     # The finished attempt was watched on its own (a fresh timeline for the batch that fits).
     assert cb.memwatch is not None and cb.memwatch.step_count == 4  # 48 samples / 12
@@ -62,7 +58,7 @@ def test_recovered_ooms_are_events_and_the_final_batch_size_is_reported(tmp_path
 def test_recovered_oom_bundle_mode_writes_one_small_bundle(tmp_path: Path) -> None:
     cb, _, dev = _run(tmp_path, "bundle")
     assert dev.ooms == 2
-    bundles = _bundles(tmp_path)
+    bundles = bundle_dirs(tmp_path / "out" / "memwatch")
     assert len(bundles) == 1, bundles  # the first recovered OOM only
     assert cb.recovered_ooms[0]["bundle"] == str(bundles[0])
     assert cb.recovered_ooms[1]["bundle"] is None

@@ -332,25 +332,26 @@ def accumulation(origin: Origin, metric: str, cur: EpochStats,
                                     "peak": cur.peak})
 
 
+def _benign(origin: Origin, kind: str, metric: str, message: str, **evidence: Any) -> Finding:
+    """A shape that is not a leak: informational, with the figures it was judged on."""
+    return origin.finding(kind=kind, metric=metric, severity="info", message=message,
+                          evidence=evidence)
+
+
 def plateau(origin: Origin, metric: str, cur: EpochStats) -> Finding:
-    msg = (
+    late_rate = f"{cur.saturation:.0%} of the early rate"
+    return _benign(origin, "plateau", metric, (
         f"{_where(metric)} grew by {fmt_bytes(max(cur.rise, 0))} and levelled off (the late "
-        f"half rises at {cur.saturation:.0%} of the early rate): a warm-up, a bounded cache "
-        "filling or allocator pools settling. Not a leak."
-    )
-    return origin.finding(kind="plateau", metric=metric, severity="info", message=msg,
-                          evidence={"saturation_ratio": cur.saturation, "rise": cur.rise,
-                                    "floor": cur.floor})
+        f"half rises at {late_rate}): a warm-up, a bounded cache filling or allocator pools "
+        "settling. Not a leak."), saturation_ratio=cur.saturation, rise=cur.rise, floor=cur.floor)
 
 
 def step_change(origin: Origin, metric: str, cur: EpochStats) -> Finding:
-    msg = (
+    return _benign(origin, "step_change", metric, (
         f"{_where(metric)} jumped once by {fmt_bytes(cur.step_height)} around step "
         f"{cur.step_at} and stayed flat before and after: a buffer allocated once (optimizer "
-        "state, a cache sized at first use). Not a leak unless it repeats."
-    )
-    return origin.finding(kind="step_change", metric=metric, severity="info", message=msg,
-                          evidence={"height": cur.step_height, "at_step": cur.step_at})
+        "state, a cache sized at first use). Not a leak unless it repeats."),
+        height=cur.step_height, at_step=cur.step_at)
 
 
 # --------------------------------------------------------------------------- allocator

@@ -1,32 +1,6 @@
 """Layer 3, the on-disk formats memwatch writes and reads: the OOM bundle (:mod:`.format`, its
-documents in :mod:`.documents`) and the timeline exports (:mod:`.export`)."""
+documents in :mod:`.documents`) and the timeline exports (:mod:`.export`). The bundle format's
+names are importable from here (``from memwatch.bundle import open_bundle``)."""
 
-from memwatch.bundle.format import (
-    OPTIONAL_FILES,
-    REQUIRED_FILES,
-    SCHEMA_VERSION,
-    TMP_PREFIX,
-    Bundle,
-    BundleWriter,
-    clean_stale,
-    dir_size,
-    enforce_retention,
-    find_bundles,
-    host_name,
-    open_bundle,
-)
-
-__all__ = [
-    "OPTIONAL_FILES",
-    "REQUIRED_FILES",
-    "SCHEMA_VERSION",
-    "TMP_PREFIX",
-    "Bundle",
-    "BundleWriter",
-    "clean_stale",
-    "dir_size",
-    "enforce_retention",
-    "find_bundles",
-    "host_name",
-    "open_bundle",
-]
+from memwatch.bundle.format import *  # noqa: F403 - the format's public names, as its __all__
+from memwatch.bundle.format import __all__ as __all__  # noqa: PLC0414

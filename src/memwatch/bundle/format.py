@@ -55,15 +55,18 @@ from memwatch._version import __version__
 from memwatch.core.errors import BundleError
 
 __all__ = [
+    "OOM_SUBDIR",
     "OPTIONAL_FILES",
     "REQUIRED_FILES",
     "SCHEMA_VERSION",
+    "TMP_PREFIX",
     "Bundle",
     "BundleWriter",
     "clean_stale",
     "dir_size",
     "enforce_retention",
     "find_bundles",
+    "host_name",
     "open_bundle",
 ]
 

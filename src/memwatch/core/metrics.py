@@ -32,6 +32,23 @@ Naming rules
 NaN values (a probe that has no reading yet, or a disabled probe) are dropped rather than logged:
 loggers treat NaN inconsistently and a gap in a chart is the honest picture.
 
+The keys every integration logs (each adapter's docstring adds its own):
+
+==================================================  ==============================================
+key                                                 meaning
+==================================================  ==============================================
+``memwatch/host.rss_gib``                           this process's resident memory (per step)
+``memwatch/host.uss_gib``, ``host.pss_gib``         private / proportional memory (background)
+``memwatch/device.allocated_gib`` ...               accelerator allocator counters (CUDA/MPS)
+``memwatch/workers.count``, ``workers.uss_gib``     live DataLoader workers and their memory
+``memwatch/<stage>/<metric>_gib``, ``.peak_gib``    an evaluation loop: last value and peak
+``memwatch/findings/count``, ``/<kind>``            new findings at a check, and of each kind
+``memwatch/findings/<kind>.<metric>_mib_per_step``  growth rate of a finding
+``memwatch/rank<r>/<metric>.peak_gib``, ``.floor``  rank 0 of a distributed run: every rank's
+``memwatch/ranks/<metric>.imbalance``               figures, and highest peak / lowest peak
+``memwatch/oom``                                    1 when a run died and left a bundle
+==================================================  ==============================================
+
 Example::
 
     >>> from memwatch.core.metrics import log_key, to_log_metrics

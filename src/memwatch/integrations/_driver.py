@@ -135,13 +135,9 @@ class Driver:
         except TypeError as e:
             raise ConfigError(f"{who}: {e}; see memwatch.MemWatch for the options it "
                               "accepts.") from e
-        self.who = who
-        self.given = given
-        self.options = options
-        self.warn = bool(warn)
-        self.watch_eval = bool(watch_eval)
-        self.graceful_stop = bool(graceful_stop)
-        self.recovered_oom_mode = recovered_oom
+        self.who, self.given, self.options = who, given, options
+        self.warn, self.watch_eval = bool(warn), bool(watch_eval)
+        self.graceful_stop, self.recovered_oom_mode = bool(graceful_stop), recovered_oom
         self.stage_labels = {"val": "val loop", "test": "test loop", "predict": "predict loop",
                              **(stage_labels or {})}
         #: The user's sinks and the framework's loggers: one fan-out, one failure rule.

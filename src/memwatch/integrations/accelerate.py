@@ -17,22 +17,9 @@ plugs into the two things every Accelerate loop has:
 Metrics go through ``accelerator.log`` (every tracker configured with ``log_with=...`` gets them),
 from the main process only; every process samples and judges its own memory.
 
-Metric keys (see :mod:`memwatch.core.metrics` for the full rules):
-
-==================================================  ==============================================
-key                                                 meaning
-==================================================  ==============================================
-``memwatch/host.rss_gib``                           this process's resident memory (per step)
-``memwatch/host.uss_gib``, ``host.pss_gib``         private / proportional memory (background)
-``memwatch/device.allocated_gib`` ...               accelerator allocator counters (CUDA/MPS)
-``memwatch/workers.count``, ``workers.uss_gib``     DataLoader workers
-``memwatch/findings/count``                         new findings at this epoch end
-``memwatch/findings/<kind>``                        new findings of that kind
-``memwatch/findings/<kind>.<metric>_mib_per_step``  growth rate of a finding
-``memwatch/recovered_ooms``                         OOMs that find_executable_batch_size retried
-``memwatch/batch_size``                             the batch size it settled on
-``memwatch/oom``                                    1 when a run died and left a bundle
-==================================================  ==============================================
+Metric keys: every key of :mod:`memwatch.core.metrics`, plus ``memwatch/recovered_ooms`` (OOMs
+that ``find_executable_batch_size`` retried) and ``memwatch/batch_size`` (the batch size it settled
+on); ``memwatch/findings_table`` for the trackers that take tables.
 """
 
 from __future__ import annotations
@@ -43,16 +30,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-try:
-    import accelerate.utils.memory as _acc_memory
-    from accelerate.optimizer import AcceleratedOptimizer
-except ImportError as _e:  # pragma: no cover - depends on what is installed
-    raise ImportError(
-        "memwatch.integrations.accelerate needs Hugging Face Accelerate; install it with "
-        "pip install 'memwatch[accelerate]'"
-    ) from _e
-
 from memwatch.core.errors import MemWatchWarning
+from memwatch.core.optional import require
 from memwatch.integrations import _driver as drv
 from memwatch.integrations import _framework as fw
 from memwatch.integrations._loggers import AccelerateLog
@@ -61,9 +40,12 @@ from memwatch.session import MemWatch
 __all__ = ["STATE_FILE", "AccelerateHook", "MemWatchWarning", "attach"]
 
 STATE_FILE = drv.STATE_FILE
+_acc_memory = require("accelerate.utils.memory", extra="accelerate", who=__name__)
+AcceleratedOptimizer = require("accelerate.optimizer", extra="accelerate",
+                               who=__name__).AcceleratedOptimizer
 # find_executable_batch_size's retry loop is the nested function ``decorator`` of this file; its
 # frame (alive while the retried function runs) holds the current ``batch_size``.
-_FEBS_FILE = os.path.normcase(os.path.abspath(_acc_memory.__file__))
+_FEBS_FILE = os.path.normcase(os.path.abspath(_acc_memory.__file__ or ""))
 # One hook per Accelerator: attaching again (typically inside a function that
 # find_executable_batch_size re-runs with a smaller batch) moves the hook to the new optimizer and
 # keeps its timeline, findings and OOM history. Values are weak too: a hook holds its

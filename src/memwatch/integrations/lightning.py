@@ -7,24 +7,12 @@ judgement (is it a leak? what holds it?) lives in the core.
 Works with the ``lightning`` package (``lightning.pytorch``) and, when only that is installed, with
 the older ``pytorch_lightning`` package: the callback uses no namespace-specific API.
 
-Metric keys it logs (see :mod:`memwatch.core.metrics` for the full rules):
-
-==================================================  ==============================================
-key                                                 meaning
-==================================================  ==============================================
-``memwatch/host.rss_gib``                           this process's resident memory (per step)
-``memwatch/host.uss_gib``, ``host.pss_gib``         private / proportional memory (background)
-``memwatch/device.allocated_gib`` ...               accelerator allocator counters (CUDA/MPS)
-``memwatch/workers.count``                          live DataLoader workers
-``memwatch/workers.uss_gib``, ``workers.pss_gib``   DataLoader workers' memory, summed
-``memwatch/val/<metric>_gib``                       validation loop, last value of the run
-``memwatch/val/<metric>.peak_gib``                  validation loop, peak over the run
-``memwatch/test/...``                               test loop, same layout
-``memwatch/findings/count``                         new findings at this epoch end
-``memwatch/findings/<kind>``                        new findings of that kind
-``memwatch/findings/<kind>.<metric>_mib_per_step``  growth rate of a finding
-``memwatch/oom``                                    1 when a run died and left a bundle
-==================================================  ==============================================
+Metric keys: every key of :mod:`memwatch.core.metrics` (samples at the trainer's
+``log_every_n_steps``, aligned with the model's own metrics; ``memwatch/val/...`` and
+``memwatch/test/...`` for the evaluation loops; findings at every check), written through every
+logger of ``trainer.loggers``; ``memwatch/findings_table`` where a logger takes tables (W&B; a
+markdown table for TensorBoard) and ``memwatch/oom_bundle`` in the hyperparameters of a run that
+died.
 """
 
 from __future__ import annotations

@@ -30,27 +30,11 @@ Four limits of the ``TrainerCallback`` API, and what this module does about them
   (:class:`memwatch.probes.base.WindowPeak`), so a reset shows as a lower high-water mark, not as a
   wrong peak; both can run together.
 
-Metric keys (see :mod:`memwatch.core.metrics`). W&B's transformers integration prefixes
-every non-eval key with ``train/`` (``train/memwatch/host.rss_gib``); other integrations and
-``log_history`` keep them as below.
-
-==================================================  ==============================================
-key                                                 meaning
-==================================================  ==============================================
-``memwatch/host.rss_gib``                           this process's resident memory (latest step)
-``memwatch/host.uss_gib``, ``host.pss_gib``         private / proportional memory (background)
-``memwatch/device.allocated_gib`` ...               accelerator allocator counters (CUDA/MPS)
-``memwatch/workers.count``, ``workers.uss_gib``     DataLoader workers
-``memwatch/val/<metric>_gib``, ``.peak_gib``        evaluation loop: last value and peak
-``memwatch/findings/count``, ``/<kind>``            new findings at this epoch (or evaluation) end
-``memwatch/findings/<kind>.<metric>_mib_per_step``  growth rate of a finding
-``memwatch/rank<r>/<metric>.peak_gib``              rank 0, distributed: each rank's epoch peak
-``memwatch/rank<r>/<metric>.floor_gib``             ... and floor (from the epoch-end exchange)
-``memwatch/ranks/<metric>.imbalance``               rank 0: highest rank's peak / lowest rank's
-``memwatch/oom``                                    1 when a run died and left a bundle
-``memwatch/recovered_ooms``                         OOMs a batch-size finder recovered from
-``memwatch/train_batch_size``                       the batch size training finished with
-==================================================  ==============================================
+Metric keys: every key of :mod:`memwatch.core.metrics` (samples in the rows the trainer logs;
+evaluation under ``memwatch/val/``), plus ``memwatch/recovered_ooms`` (OOMs a batch-size finder
+recovered from) and ``memwatch/train_batch_size`` (the batch size training finished with). W&B's
+transformers integration prefixes every non-eval key with ``train/``
+(``train/memwatch/host.rss_gib``); other integrations and ``log_history`` keep them as they are.
 """
 
 from __future__ import annotations
@@ -146,11 +130,11 @@ class MemWatchCallback(fw.Adapter, TrainerCallback):
         self,
         memwatch: MemWatch | None = None,
         *,
-        log_every_n_steps: int | None = None,
         watch_eval: bool = True,
+        log_every_n_steps: int | None = None,
+        recovered_oom: str = "event",
         warn: bool = True,
         graceful_stop: bool = False,
-        recovered_oom: str = "event",
         **memwatch_options: Any,
     ) -> None:
         self._d = drv.Driver(
@@ -288,15 +272,18 @@ def watch_trainer(trainer: Any, callback: MemWatchCallback | None = None,
 
     Example::
 
-        >>> from transformers import BertConfig, BertForSequenceClassification, Trainer
-        >>> from transformers import PrinterCallback, TrainingArguments
+        >>> import torch
+        >>> from transformers import PrinterCallback, Trainer, TrainingArguments
         >>> from memwatch.integrations.transformers import watch_trainer
-        >>> cfg = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-        ...                  intermediate_size=64, vocab_size=100)
-        >>> args = TrainingArguments(str(tmp), use_cpu=True, num_train_epochs=1, report_to=[],
-        ...                          save_strategy="no", disable_tqdm=True)
-        >>> trainer = Trainer(BertForSequenceClassification(cfg), args,
-        ...                   train_dataset=[{"input_ids": [1, 2], "labels": 0}] * 4)
+        >>> class Tiny(torch.nn.Module):  # any module that returns a loss
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.layer = torch.nn.Linear(4, 1)
+        ...     def forward(self, x, labels):
+        ...         return {"loss": (self.layer(x).squeeze(-1) - labels).pow(2).mean()}
+        >>> trainer = Trainer(Tiny(), TrainingArguments(str(tmp), use_cpu=True, report_to=[],
+        ...                   num_train_epochs=1, save_strategy="no", disable_tqdm=True),
+        ...                   train_dataset=[{"x": torch.ones(4), "labels": torch.tensor(0.)}] * 8)
         >>> trainer.remove_callback(PrinterCallback)  # no printed log rows in this example
         >>> with watch_trainer(trainer, workers=False) as cb:
         ...     _ = trainer.train()

@@ -10,33 +10,17 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
+from memwatch.core.forking import ForkRegistry
 from memwatch.probes import procfs
 
 log = logging.getLogger("memwatch")
 
-_probes: weakref.WeakSet[HostProbe] = weakref.WeakSet()
-_hook_installed = False
-
-
-def _reopen_all_in_child() -> None:
-    for p in list(_probes):
-        if p._fd >= 0 or p._psutil_proc is not None:
-            p._reopen_in_child()
-
-
-def _register(probe: HostProbe) -> None:
-    # /proc/self resolves when opened: a forked child (a DataLoader worker) would otherwise keep
-    # reading its parent's statm through the inherited descriptor. One fork hook for all probes
-    # (hooks cannot be unregistered, so one per probe would pile up).
-    global _hook_installed
-    _probes.add(probe)
-    if not _hook_installed and hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=_reopen_all_in_child)
-        _hook_installed = True
+# /proc/self resolves when opened: a forked child (a DataLoader worker) would otherwise keep
+# reading its parent's statm through the inherited descriptor.
+_in_children = ForkRegistry("after_fork_in_child")
 
 
 class HostProbe:
@@ -61,7 +45,7 @@ class HostProbe:
         self._pid = -1
         self._psutil_proc: Any = None  # psutil.Process off Linux
         self._open()
-        _register(self)
+        _in_children.add(self)
 
     def _open(self) -> None:
         self._pid = os.getpid()
@@ -75,14 +59,19 @@ class HostProbe:
 
         self._psutil_proc = psutil.Process()
 
-    def _reopen_in_child(self) -> None:
+    def after_fork_in_child(self) -> None:
+        """In a forked child: read the child's own statm from now on."""
+        if self._fd >= 0 or self._psutil_proc is not None:
+            self._close_fd()
+            self._open()
+
+    def _close_fd(self) -> None:
         fd, self._fd = self._fd, -1
         if fd >= 0:
             try:
                 os.close(fd)
             except OSError:
                 pass
-        self._open()
 
     def read_fast(self) -> Sequence[float]:
         if self._fd >= 0:
@@ -105,9 +94,4 @@ class HostProbe:
 
     def close(self) -> None:
         self._psutil_proc = None
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self._close_fd()

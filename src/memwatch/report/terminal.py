@@ -10,11 +10,11 @@ Example::
 
     >>> import memwatch
     >>> from memwatch.report.terminal import epoch_summary_text
-    >>> with memwatch.watch(device="cpu", workers=False, out_dir=str(tmp), signals=False) as mw:
+    >>> mw = memwatch.MemWatch(device="cpu", workers=False, out_dir=str(tmp), signals=False)
+    >>> with mw:
     ...     for _ in range(10):
     ...         mw.step()
-    ...     new = mw.end_epoch()
-    ...     text = epoch_summary_text(mw, new)
+    ...     text = epoch_summary_text(mw, mw.end_epoch())
     >>> text.splitlines()[0]
     'memwatch: epoch 0 ended at step 10 (10 steps)'
 """

@@ -44,7 +44,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from memwatch.core.errors import ConfigError
 from memwatch.core.findings import Finding
@@ -170,10 +170,14 @@ class Alert:
     metric: str
     message: str
     step: int
+    LEVELS: ClassVar[tuple[str, ...]] = ("warning", "critical", "forecast")
+    #: The reading that crossed a threshold, its limit, and their ratio (threshold alerts).
     value: float | None = None
     limit: float | None = None
     utilization: float | None = None
+    #: The finding a forecast alert is about.
     finding: dict[str, Any] | None = None
+    #: What the watchdog did: its actions, the bytes a cleanup freed, the bundle it wrote.
     actions: list[str] = dataclasses.field(default_factory=list)
     freed_bytes: dict[str, float] | None = None
     bundle: Path | None = None

@@ -23,7 +23,7 @@ import math
 import os
 import re
 from collections.abc import Sequence
-from typing import Any, Generic, TypeVar, overload
+from typing import Any
 
 from memwatch.analysis.allocations import DEFAULT_FRAMES, MAX_FRAMES
 from memwatch.core.errors import ConfigError
@@ -32,9 +32,7 @@ from memwatch.runtime.dispatch import SinkSet, validate_sinks
 from memwatch.runtime.recorder import RecorderConfig, parse_bundle_on
 from memwatch.runtime.watchdog import WatchdogConfig, parse_watchdog
 
-__all__ = ["DEVICE_CHOICES", "ConfigOption", "WatchConfig"]
-
-T = TypeVar("T")
+__all__ = ["DEVICE_CHOICES", "WatchConfig"]
 
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|mps)(?::(\d+))?$")
 DEVICE_CHOICES = "None/'auto', 'cpu', 'cuda', 'cuda:N', 'mps', or a probe such as FakeDevice"
@@ -232,22 +230,3 @@ class WatchConfig:
     def options(self) -> dict[str, Any]:
         """The options as keyword arguments of :class:`memwatch.MemWatch`."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-
-class ConfigOption(Generic[T]):
-    """A read-only attribute of :class:`memwatch.MemWatch` that reads its ``config``: ``mw.host``
-    is ``mw.config.host``."""
-
-    def __init__(self, field: str) -> None:
-        self.field = field
-
-    @overload
-    def __get__(self, obj: None, owner: type) -> ConfigOption[T]: ...
-
-    @overload
-    def __get__(self, obj: object, owner: type) -> T: ...
-
-    def __get__(self, obj: object, owner: type) -> Any:
-        if obj is None:
-            return self
-        return getattr(obj.config, self.field)  # type: ignore[attr-defined]

@@ -13,16 +13,18 @@ exchange) get a read-only view of this session and explicit callbacks, never the
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import sys
 import time
-import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from memwatch.core.errors import ConfigError
 from memwatch.core.findings import Finding
+from memwatch.core.forking import ForkRegistry
+from memwatch.core.protocols import SessionView
 from memwatch.probes.base import DeviceProbe, Probe
 from memwatch.runtime.dispatch import SinkSet
 from memwatch.runtime.exchange import rank_info
@@ -31,7 +33,7 @@ from memwatch.runtime.schedule import Schedule
 from memwatch.runtime.watchdog import Watchdog
 from memwatch.session.checkpoint import MAX_FINDINGS, Checkpointing
 from memwatch.session.checks import Checks
-from memwatch.session.config import ConfigOption, WatchConfig
+from memwatch.session.config import WatchConfig
 from memwatch.session.probes import NanProbe, open_probes, resolve_device
 from memwatch.session.runtime import RuntimeParts
 from memwatch.session.view import SessionReader
@@ -41,6 +43,15 @@ from memwatch.timeline.sampler import BackgroundSampler, SlowReader
 log = logging.getLogger("memwatch")
 
 __all__ = ["MAX_FINDINGS", "MemWatch", "SessionReader", "rank_info", "watch"]
+
+#: Attribute -> WatchConfig field: the options a MemWatch answers for (``mw.census_mode`` is
+#: ``mw.config.census``; ``tracemalloc_frames`` the frame count ``tracemalloc=`` amounts to).
+_OPTION_ATTRS = {
+    **{name: name for name in (
+        "host", "workers", "out_dir", "interval_s", "capacity", "buckets_per_epoch", "analyze",
+        "distributed", "exchange_timeout_s", "log_every_n_steps", "tracemalloc_frames", "stage")},
+    "census_mode": "census",
+}
 
 
 class MemWatch(Checks, RuntimeParts, Checkpointing):
@@ -153,7 +164,8 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
         self.rank_last_seen: list[Any] = []
         #: Components turned off after an error: name -> cause.
         self.disabled: dict[str, str] = {}
-        self.view = SessionReader(self)
+        #: The read-only view the runtime parts get (:class:`memwatch.core.protocols.SessionView`).
+        self.view: SessionView = cast(SessionView, SessionReader(self))
         self._fast_probes: list[Probe] = []
         self._slow: SlowReader | None = None
         self._sampler: BackgroundSampler | None = None
@@ -168,33 +180,22 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
         self._pending_state: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ options
-    host = ConfigOption[bool]("host")
-    workers = ConfigOption[bool]("workers")
-    out_dir = ConfigOption[str]("out_dir")
-    interval_s = ConfigOption[float]("interval_s")
-    capacity = ConfigOption[int]("capacity")
-    buckets_per_epoch = ConfigOption[int]("buckets_per_epoch")
-    analyze = ConfigOption[bool]("analyze")
-    census_mode = ConfigOption[str]("census")
-    distributed = ConfigOption[str]("distributed")
-    exchange_timeout_s = ConfigOption[float]("exchange_timeout_s")
-    log_every_n_steps = ConfigOption[int]("log_every_n_steps")
-    #: Frames kept per traced allocation; 0 when ``tracemalloc=False``.
-    tracemalloc_frames = ConfigOption[int]("tracemalloc_frames")
-    stage = ConfigOption[str]("stage")
+    def __getattr__(self, name: str) -> Any:
+        # The options, readable under their names (``mw.out_dir`` is ``mw.config.out_dir``).
+        field = _OPTION_ATTRS.get(name)
+        if field is None:
+            raise AttributeError(f"'MemWatch' object has no attribute {name!r}")
+        return getattr(self.__dict__["config"], field)
 
     @property
     def sinks(self) -> SinkSet:
         """Where samples, findings and bundles go (one fan-out, one failure rule)."""
         return self._sinks
 
-    @property
-    def running(self) -> bool:
-        return self._running
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
+    #: Started and not closed (``step()`` samples).
+    running = property(operator.attrgetter("_running"))
+    #: Closed (for good: a closed session cannot start again).
+    closed = property(operator.attrgetter("_closed"))
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> MemWatch:
@@ -225,7 +226,7 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
         if self.tracemalloc_frames:
             self._start_tracer()
         self._running = True
-        _register_fork_guard(self)
+        _in_children.add(self)
         return self
 
     def close(self) -> None:
@@ -284,17 +285,20 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
         if not self._running:
             return
         try:
-            vals: list[float] = []
-            for p in self._fast_probes:
-                vals.extend(p.read_fast())
-            vals.extend(self._slow.values)  # type: ignore[union-attr]
-            # Count the step only once it is stored: a failed append retries in _recover_step.
-            self.timeline.append(self.step_count + 1, time.monotonic(), vals)  # type: ignore[union-attr]
-            self.step_count += 1
+            self._sample()
         except Exception:  # noqa: BLE001
             self._recover_step()
         if self.step_count >= self._next_due:
             self._run_due()
+
+    def _sample(self) -> None:
+        vals: list[float] = []
+        for p in self._fast_probes:
+            vals.extend(p.read_fast())
+        vals.extend(self._slow.values)  # type: ignore[union-attr]
+        # Count the step only once it is stored: a failed append retries in _recover_step.
+        self.timeline.append(self.step_count + 1, time.monotonic(), vals)  # type: ignore[union-attr]
+        self.step_count += 1
 
     def _run_due(self) -> None:
         try:
@@ -316,12 +320,7 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
                 except Exception as e:  # noqa: BLE001
                     self._probe_failed(p, e)
                     self._fast_probes[self._fast_probes.index(p)] = NanProbe(p)
-            vals: list[float] = []
-            for p in self._fast_probes:
-                vals.extend(p.read_fast())
-            vals.extend(self._slow.values)  # type: ignore[union-attr]
-            self.timeline.append(self.step_count + 1, time.monotonic(), vals)  # type: ignore[union-attr]
-            self.step_count += 1
+            self._sample()
         except Exception as e:  # noqa: BLE001
             self._disable("sampler", e)
             self._running = False
@@ -370,6 +369,19 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
                 continue
         return out
 
+    def after_fork_in_child(self) -> None:
+        """In a forked child (a DataLoader worker), which inherits a copy of this session: it
+        must not sample, write bundles or join a thread that does not exist there."""
+        self._running = False
+        self._closed = True
+        if self._sampler is not None:
+            self._sampler.forget_after_fork()
+        if self._tracer is not None:  # tracemalloc that memwatch started: nothing reads it here
+            self._tracer = None
+            from memwatch.analysis.allocations import after_fork_in_child
+
+            after_fork_in_child()
+
     def worker_details(self) -> list[dict[str, float]]:
         for p in self.probes:
             if p.name == "workers":
@@ -377,33 +389,8 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
         return []
 
 
-_live_sessions: weakref.WeakSet[MemWatch] = weakref.WeakSet()
-_fork_hook_installed = False
-
-
-def _after_fork_in_child() -> None:
-    # A DataLoader worker inherits a copy of every session; it must not sample, write bundles or
-    # join a thread that does not exist in the child.
-    tracing = False
-    for s in list(_live_sessions):
-        s._running = False
-        s._closed = True
-        if s._sampler is not None:
-            s._sampler.forget_after_fork()
-        tracing = tracing or s._tracer is not None
-        s._tracer = None
-    if tracing:  # tracemalloc that memwatch started: nothing reads it in the child
-        from memwatch.analysis.allocations import after_fork_in_child
-
-        after_fork_in_child()
-
-
-def _register_fork_guard(session: MemWatch) -> None:
-    global _fork_hook_installed
-    _live_sessions.add(session)
-    if not _fork_hook_installed and hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=_after_fork_in_child)
-        _fork_hook_installed = True
+#: Every started session: a forked child (a DataLoader worker) makes its copies inert.
+_in_children = ForkRegistry("after_fork_in_child")
 
 
 @contextmanager

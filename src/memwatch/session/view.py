@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from memwatch.core.findings import Finding
@@ -12,51 +12,46 @@ if TYPE_CHECKING:
 
 __all__ = ["SessionReader"]
 
+#: What a :class:`memwatch.core.protocols.SessionView` may read of the session, as it is.
+_READABLE = frozenset({"out_dir", "step_count", "epoch", "rank", "job", "device", "timeline",
+                       "total_steps"})
+
 
 class SessionReader:
     """The read-only :class:`memwatch.core.protocols.SessionView` of one :class:`MemWatch`:
-    what the flight recorder, the watchdog and the rank exchange may read of it."""
+    what the flight recorder, the watchdog and the rank exchange may read of it, live, and
+    nothing else (reading anything more raises AttributeError; nothing can be set).
+
+    Example::
+
+        >>> import memwatch
+        >>> mw = memwatch.MemWatch(device="cpu", workers=False, out_dir=str(tmp))
+        >>> mw.view.step_count, mw.view.out_dir == str(tmp)
+        (0, True)
+        >>> mw.view.recorder  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        AttributeError: a session view reads only: device, epoch, findings, job, latest(), ...
+    """
 
     __slots__ = ("_mw",)
+    _mw: MemWatch
 
     def __init__(self, mw: MemWatch) -> None:
-        self._mw = mw
+        object.__setattr__(self, "_mw", mw)
 
-    @property
-    def out_dir(self) -> str:
-        return self._mw.out_dir
+    def __getattr__(self, name: str) -> Any:
+        if name in _READABLE:
+            return getattr(self._mw, name)
+        shown = sorted([*_READABLE, "findings", "latest()", "limits()"])
+        raise AttributeError(f"a session view reads only: {', '.join(shown)}")
 
-    @property
-    def step_count(self) -> int:
-        return self._mw.step_count
-
-    @property
-    def epoch(self) -> int:
-        return self._mw.epoch
-
-    @property
-    def rank(self) -> Mapping[str, int]:
-        return self._mw.rank
-
-    @property
-    def job(self) -> Mapping[str, Any]:
-        return self._mw.job
-
-    @property
-    def device(self) -> Any:
-        return self._mw.device
-
-    @property
-    def timeline(self) -> Any:
-        return self._mw.timeline
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a session view is read-only")
 
     @property
     def findings(self) -> Sequence[Finding]:
         return tuple(self._mw.findings)
-
-    @property
-    def total_steps(self) -> int | None:
-        return self._mw.total_steps
 
     def latest(self) -> dict[str, float]:
         return self._mw.latest()

@@ -44,19 +44,14 @@ from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-try:
-    import prometheus_client
-except ImportError as _e:  # pragma: no cover - depends on what is installed
-    raise ImportError(
-        "memwatch.sinks.prometheus needs prometheus_client; install it with "
-        "pip install 'memwatch[prometheus]'"
-    ) from _e
-
 from memwatch.core.errors import ConfigError
 from memwatch.core.findings import Finding
 from memwatch.core.metrics import is_count
+from memwatch.core.optional import require
 
 __all__ = ["PrometheusSink"]
+
+prometheus_client = require("prometheus_client", extra="prometheus", who=__name__)
 
 
 class _QuietHandler(WSGIRequestHandler):

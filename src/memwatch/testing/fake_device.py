@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from memwatch.core.errors import FakeOutOfMemoryError
-from memwatch.probes.base import OOMObserver, WindowPeak
+from memwatch.probes.base import DEVICE_FAST_KEYS, OOMObserver, WindowPeak
 
 __all__ = ["FakeDevice", "format_size", "malloc_trim"]
 
@@ -86,15 +86,7 @@ class FakeDevice:
 
     name = "device"
     kind = "fake"
-    fast_keys: tuple[str, ...] = (
-        "device.allocated",
-        "device.reserved",
-        "device.active",
-        "device.peak",
-        "device.inactive_split",
-        "device.alloc_retries",
-        "device.ooms",
-    )
+    fast_keys: tuple[str, ...] = DEVICE_FAST_KEYS
     slow_keys: tuple[str, ...] = ("device.free", "device.total")
 
     def __init__(self, total_bytes: int = 16 << 30, index: int = 0, name: str = "FakeGPU") -> None:
