@@ -3,8 +3,8 @@ reads another's private names, adapters stay thin, modules stay small.
 
 The layers (``docs/architecture.md`` draws them): a module may import its own package and any
 package of a *lower* layer, never a higher one nor a sibling of its own layer. Imports made only
-for type checking (``if TYPE_CHECKING:``) follow the layering too; only run-time imports count
-for cycles. Everything is read from the source with ``ast``: nothing is imported.
+for type checking (``if TYPE_CHECKING:``) follow the layering too, and count for cycles too.
+Everything is read from the source with ``ast``: nothing is imported.
 """
 
 from __future__ import annotations
@@ -90,7 +90,9 @@ def imports(path: Path, known: set[str]) -> Iterator[tuple[str, int, bool]]:
                 yield t, node.lineno, node.lineno not in typing_only
 
 
-def import_graph(root: Path = PKG) -> dict[str, set[str]]:
+def import_graph(root: Path = PKG, type_only: bool = True) -> dict[str, set[str]]:
+    """Module -> the memwatch modules it imports (``type_only``: imports made only for type
+    checking too: a cycle through them is still a tangle a reader has to hold in mind)."""
     mods = modules(root)
     known = set(mods)
     graph: dict[str, set[str]] = {m: set() for m in mods}
@@ -98,7 +100,7 @@ def import_graph(root: Path = PKG) -> dict[str, set[str]]:
         for target, _, runtime in imports(path, known):
             while target not in known and "." in target:
                 target = target.rsplit(".", 1)[0]
-            if runtime and target != m:
+            if (runtime or type_only) and target != m:
                 graph[m].add(target)
     return graph
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from memwatch.core.errors import MemWatchWarning
 from memwatch.core.optional import require
+from memwatch.integrations import _adapter as ad
 from memwatch.integrations import _driver as drv
 from memwatch.integrations import _framework as fw
 from memwatch.integrations._loggers import AccelerateLog
@@ -98,7 +99,7 @@ def attach(accelerator: Any, optimizer: Any = None, **options: Any) -> Accelerat
     return hook
 
 
-class AccelerateHook(fw.Adapter):
+class AccelerateHook(ad.Adapter):
     """Samples memory once per real optimizer step of an Accelerate loop and judges it per epoch.
 
     Create it with :func:`attach` (which also starts it).
@@ -201,7 +202,7 @@ class AccelerateHook(fw.Adapter):
         self._handles: list[Any] = []
         self.batch_size: int | None = None
         self.attached = self._looked_for_febs = False
-        self._epochs = fw.LoaderPasses(self._d)
+        self._epochs = ad.LoaderPasses(self._d)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> AccelerateHook:

@@ -32,8 +32,9 @@ except ImportError:  # pragma: no cover - depends on what is installed
         ) from _e
 
 from memwatch.core.errors import MemWatchWarning
+from memwatch.integrations._adapter import Adapter
 from memwatch.integrations._driver import Driver
-from memwatch.integrations._framework import Adapter, check_log_every, guarded
+from memwatch.integrations._framework import check_log_every, guarded
 from memwatch.integrations._loggers import LightningLogger
 from memwatch.session import MemWatch
 

@@ -39,7 +39,6 @@ transformers integration prefixes every non-eval key with ``train/``
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,6 +57,7 @@ except ImportError as _e:  # pragma: no cover - depends on what is installed
 
 from memwatch.core.errors import ConfigError, MemWatchWarning
 from memwatch.core.metrics import PREFIX
+from memwatch.integrations import _adapter as ad
 from memwatch.integrations import _driver as drv
 from memwatch.integrations import _framework as fw
 from memwatch.integrations._loggers import TrainerLog
@@ -67,13 +67,11 @@ __all__ = ["STATE_FILE", "MemWatchCallback", "MemWatchWarning", "watch_trainer"]
 
 STATE_FILE = drv.STATE_FILE
 
-log = logging.getLogger("memwatch")
-
 _REPORTERS: tuple[type, ...] = tuple(
     c for c in INTEGRATION_TO_CALLBACK.values() if isinstance(c, type))
 
 
-class MemWatchCallback(fw.Adapter, TrainerCallback):
+class MemWatchCallback(ad.Adapter, TrainerCallback):
     """Watch memory during ``Trainer.train``: per-step samples, leak verdicts, OOM bundles.
 
     Args:
@@ -231,7 +229,7 @@ class MemWatchCallback(fw.Adapter, TrainerCallback):
         self.attach(_calling_trainer() or self.trainer)
         if self.trainer is None and not self._warned_order:
             self._warned_order = True
-            log.warning("memwatch: the Trainer was not found; memwatch keys reach log_history "
+            fw.log.warning("memwatch: the Trainer was not found; memwatch keys reach log_history "
                         "and callbacks after this one only. Use memwatch.integrations."
                         "transformers.watch_trainer(trainer) to attach it explicitly.")
         if self._attempt_open and getattr(args, "auto_find_batch_size", False):

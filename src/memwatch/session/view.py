@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memwatch.core.findings import Finding
-
-if TYPE_CHECKING:
-    from memwatch.session.session import MemWatch
+from memwatch.core.protocols import LiveRun
 
 __all__ = ["SessionReader"]
 
@@ -35,9 +33,9 @@ class SessionReader:
     """
 
     __slots__ = ("_mw",)
-    _mw: MemWatch
+    _mw: LiveRun
 
-    def __init__(self, mw: MemWatch) -> None:
+    def __init__(self, mw: LiveRun) -> None:
         object.__setattr__(self, "_mw", mw)
 
     def __getattr__(self, name: str) -> Any:
