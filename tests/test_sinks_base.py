@@ -53,7 +53,7 @@ def test_cadence_is_multiples_of_n_after_a_resume(tmp_path: Path) -> None:
 def test_no_sink_no_tick(tmp_path: Path) -> None:
     # Without sinks, recorder or watchdog, step() never leaves its one integer compare.
     mw = memwatch.MemWatch(device="cpu", workers=False, out_dir=str(tmp_path), recorder=False,
-                           watchdog=False)
+                           watchdog=False, check_every_n_steps=None, check_every_s=None)
     mw.start()
     try:
         assert mw._next_due == sys.maxsize

@@ -59,7 +59,9 @@ class Analyzer:
         self.history: dict[str, list[EpochStats]] = {}
         self._reported: set[tuple[str, str]] = set()
         self._censuses: list[CensusRecord] = []
-        self._census_cost_ms: float | None = None
+        #: Per metric, the segments of the first epoch (or of a run without epochs) so far.
+        self.segments: dict[str, list[EpochStats]] = {}
+        self._last_objects: int | None = None  # objects counted by the last census
         #: Milliseconds the last census took (None until one ran).
         self.last_census_ms: float | None = None
         # Worker memory warms up for longer (lazy page faults of shared libraries, copy-on-write,
@@ -68,53 +70,85 @@ class Analyzer:
             self.config.shape, min_growth_rel=max(self.config.shape.min_growth_rel, 0.01))
 
     def check(self, summary: EpochSummary, ctx: CheckContext) -> list[Finding]:
-        """The new findings of one check (``summary``: the epoch, or the stretch, judged)."""
-        cfg = self.config
-        stats: dict[str, EpochStats] = {}
-        for metric in summary.keys:
-            if metric not in _JUDGED:
-                continue
-            hist = self.history.setdefault(metric, [])
-            shape_cfg = self._worker_shape if metric.startswith("workers.") else cfg.shape
-            st = epoch_stats(summary, metric, shape_cfg, first_epoch=not hist)
-            if st is None:
-                continue
-            hist.append(st)
-            del hist[:-16]  # bounded: verdicts look back a few epochs only
-            stats[metric] = st
+        """The new findings of one check.
 
-        # Suspected growth (a census is then worth its cost): a trend or a jump inside the epoch,
-        # or a floor above the previous epoch's. The census at the epoch *before* a verdict is
-        # what lets the verdict tell user code from native growth.
+        ``summary`` is the epoch that just ended (``ctx.at == "epoch_end"``) or, at a check
+        inside an epoch, the segment since the previous check. What a verdict compares:
+
+        * at an epoch end, this epoch against the previous epochs (as always);
+        * inside an epoch once an epoch has ended: the epoch so far (``ctx.partial``) against
+          the closed epochs, so that growth released at every epoch end stays accumulation;
+        * inside the first epoch (or in a run without epochs): the segments between checks,
+          each against the previous ones: the checks are the boundaries.
+        """
+        cfg = self.config
+        if ctx.at == "epoch_end":
+            stats = self._add(summary, self.history)
+            self.segments = {}  # the epoch's segments are in its stats now
+            judged = self.history
+        else:
+            seg_stats = self._add(summary, self.segments, first=not self.history)
+            if self.history and ctx.partial is not None:
+                stats = {m: st for m in seg_stats if (st := self._stats(
+                    ctx.partial, m, first=False)) is not None}
+                judged = {m: [*self.history.get(m, []), st] for m, st in stats.items()}
+            else:
+                stats, judged = seg_stats, self.segments
+
+        # Suspected growth (a census is then worth its cost): a trend or a jump, or a floor
+        # above the previous unit's. The census at the check *before* a verdict is what lets the
+        # verdict tell user code from native growth.
         suspects = {m for m, st in stats.items() if not m.startswith("workers.") and (
-            st.shape in ("growing", "step") or st.rise > st.threshold or self._floor_rose(m))}
+            st.shape in ("growing", "step") or st.rise > st.threshold
+            or _floor_rose(judged.get(m, [])))}
         pair = self._maybe_census(summary, ctx, bool(suspects))
 
         findings: list[Finding] = []
         for metric in LEAK_METRICS:
-            if metric not in stats:
+            if metric not in stats or ctx.defer_leaks:
                 continue
             if metric.startswith("workers.") and "workers.count" in summary.keys:
-                findings.extend(workers.judge(metric, summary, self.history, ctx, cfg,
-                                              self._once))
+                findings.extend(workers.judge(metric, summary, judged, ctx, cfg, self._once))
             else:
-                findings.extend(leak.judge(metric, summary, self.history, pair, ctx, cfg,
-                                           self._once))
-        findings.extend(fragmentation.judge(summary, self.history, ctx, cfg))
+                findings.extend(leak.judge(metric, summary, judged, pair, ctx, cfg, self._once))
+        findings.extend(fragmentation.judge(summary, judged, ctx, cfg))
         findings.extend(near_oom.judge(summary, ctx, cfg))
         return findings
+
+    def _stats(self, summary: EpochSummary, metric: str, first: bool) -> EpochStats | None:
+        shape_cfg = self._worker_shape if metric.startswith("workers.") else self.config.shape
+        return epoch_stats(summary, metric, shape_cfg, first_epoch=first)
+
+    def _add(self, summary: EpochSummary, into: dict[str, list[EpochStats]],
+             first: bool | None = None) -> dict[str, EpochStats]:
+        """Stats of every judged metric of ``summary``, appended to ``into`` (bounded)."""
+        out: dict[str, EpochStats] = {}
+        for metric in summary.keys:
+            if metric not in _JUDGED:
+                continue
+            hist = into.setdefault(metric, [])
+            st = self._stats(summary, metric, first=not hist if first is None else first
+                             and not hist)
+            if st is None:
+                continue
+            hist.append(st)
+            del hist[:-16]  # bounded: verdicts look back a few units only
+            out[metric] = st
+        return out
 
     # ------------------------------------------------------------------ census scheduling
     def _maybe_census(self, summary: EpochSummary, ctx: CheckContext,
                       suspected: bool) -> tuple[CensusRecord, CensusRecord] | None:
+        """A census now? ``always``; ``auto``: when growth is suspected, or when the heap is small
+        enough to be cheap (by its object count at the last census: never by the wall time,
+        so that a busy machine takes the same censuses as a quiet one)."""
         if ctx.census in ("never", "skip"):
             return None
-        epoch_s = max(summary.t_end - summary.t_start, 1e-3)
         if ctx.census == "auto" and not (suspected and self.config.census_when_suspected):
-            est = self._census_cost_ms
-            if est is None:
-                est = len(gc.get_objects()) * 0.0006  # ~0.6 us per object, measured
-            if est > self.config.census_budget * epoch_s * 1000.0:
+            objects = self._last_objects
+            if objects is None:
+                objects = len(gc.get_objects())
+            if objects > self.config.census_max_objects:
                 return None
         # The tracemalloc snapshot of this check ran gc.collect() a moment ago; while tracing,
         # its allocation sites replace the per-type object counts (see take_census).
@@ -123,19 +157,16 @@ class Analyzer:
         except Exception as e:  # noqa: BLE001
             log.warning("memwatch: tensor census failed (%s); culprits will not be named", e)
             return None
-        self._census_cost_ms = c.elapsed_ms
+        self._last_objects = c.objects
         self.last_census_ms = c.elapsed_ms
         rss = last_value(summary, "host.rss")
-        rec = CensusRecord(summary.epoch, c, float("nan") if rss is None else rss)
+        rec = CensusRecord(summary.epoch, c, float("nan") if rss is None else rss,
+                           step=summary.end_step)
         prev = self._censuses[-1] if self._censuses else None
         self._censuses = [*self._censuses[-1:], rec]  # keep two: memory stays bounded
         return None if prev is None else (prev, rec)
 
     # ------------------------------------------------------------------ helpers
-    def _floor_rose(self, metric: str) -> bool:
-        h = self.history.get(metric, [])
-        return len(h) >= 2 and h[-1].floor - h[-2].floor > h[-1].threshold
-
     def _once(self, metric: str, kind: str, f: Finding) -> list[Finding]:
         key = (metric, kind)
         if key in self._reported:
@@ -145,3 +176,7 @@ class Analyzer:
 
 
 __all__ = ["LEAK_METRICS", "Analyzer", "AnalyzerConfig", "CheckContext"]
+
+
+def _floor_rose(hist: list[EpochStats]) -> bool:
+    return len(hist) >= 2 and hist[-1].floor - hist[-2].floor > hist[-1].threshold

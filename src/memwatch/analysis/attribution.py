@@ -14,7 +14,6 @@ The result is one typed :class:`Attribution` record, which the messages
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from typing import Any
 
@@ -33,6 +32,7 @@ class CensusRecord:
     epoch: int
     census: census_mod.Census
     rss: float
+    step: int = 0  # the optimizer step the census was taken at
 
 
 @dataclasses.dataclass
@@ -101,8 +101,9 @@ class Attribution:
 
 
 def attribute(metric: str, cur: EpochStats, pair: tuple[CensusRecord, CensusRecord] | None,
-              ctx: CheckContext, cfg: AnalyzerConfig) -> Attribution:
-    """Diff the two censuses of ``pair`` for ``metric``'s growth and name its holder."""
+              ctx: CheckContext, cfg: AnalyzerConfig, growth: float = 0.0) -> Attribution:
+    """Diff the two censuses of ``pair`` for ``metric``'s growth (``growth`` bytes over the
+    stretch between them, at the judged rate) and name its holder."""
     if pair is None:
         why = "turned off (census='never')" if ctx.census == "never" else \
             "not taken at two epoch ends yet"
@@ -160,9 +161,11 @@ def attribute(metric: str, cur: EpochStats, pair: tuple[CensusRecord, CensusReco
     if out.holder is None and scored:
         out.effective_bytes, out.group, out.graph_bytes = scored[0]
     out.attribution_ms = round((time.perf_counter() - t0) * 1000.0, 1)
-    # Host growth that no live tensor or Python object explains: the allocator kept it.
-    if metric == "host.rss" and not math.isnan(prev.rss) and not math.isnan(rec.rss):
-        rss_growth = rec.rss - prev.rss
+    # Host growth that no live tensor or Python object explains: the allocator kept it. The
+    # growth is the judged one (floors, over the stretch between the censuses): two point reads
+    # of RSS at the census moments would let a busy machine decide the verdict.
+    if metric == "host.rss":
+        rss_growth = growth
         tensor_growth = sum(max(e, 0) for e, _, _ in scored)
         obj_growth = 64 * sum(d for _, d in types)
         explained = tensor_growth + obj_growth
@@ -173,8 +176,9 @@ def attribute(metric: str, cur: EpochStats, pair: tuple[CensusRecord, CensusReco
         # look like this ... unless a named holder gains about one object per step or more:
         # something appended every step in user code is a leak even when its bytes are
         # invisible (a loss kept after backward() holds native autograd nodes, not tensors).
+        steps = max(rec.step - prev.step, 1) if rec.step > prev.step else max(cur.n_steps, 1)
         per_step = out.holder is not None and out.group is not None and \
-            out.group.count_delta >= 0.5 * max(cur.n_steps, 1)
+            out.group.count_delta >= 0.5 * steps
         if rss_growth > 0 and not per_step and explained < cfg.retention_explained * rss_growth:
             out.retention = True
     return out

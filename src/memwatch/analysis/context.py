@@ -37,21 +37,26 @@ class AnalyzerConfig:
     carry_fraction: float = 0.5  # share of the previous epoch's rise that must still be held
     deceleration: float = 0.5  # slope (upper CI) under this share of the last epoch's: saturating
     near_oom_margin: float = 0.10  # near_oom when the epoch peak is within this share of the limit
-    horizon_epochs: float = 2.0  # critical when OOM is forecast within this many epochs ...
-    # ... or before the run's remaining steps when MemWatch(total_steps=...) is known.
-    census_budget: float = 0.02  # auto census: at most this share of the epoch's wall time ...
-    census_when_suspected: bool = True  # ... unless growth is suspected (then always)
+    # Severity by consequence: growth that reaches its limit before the run ends (or within
+    # MemWatch(horizon_s=...) when the run's length is unknown) is a warning; one that reaches
+    # it within this many more checks (epochs, or stretches between checks) is critical: it
+    # dies before memwatch speaks again. Slower growth is information.
+    critical_checks: float = 2.0
+    census_max_objects: int = 1_000_000  # auto census: when the heap holds at most this many ...
+    census_when_suspected: bool = True  # ... or when growth is suspected
     holder_budget_s: float = 5.0  # time allowed to name holders at one epoch end
     retention_explained: float = 0.2  # host growth explained by objects below this share
     info_min_rel: float = 0.01  # info findings (plateau, step) only above this share of level
 
     def __post_init__(self) -> None:
-        for name in ("carry_fraction", "near_oom_margin", "census_budget", "retention_explained"):
+        for name in ("carry_fraction", "near_oom_margin", "retention_explained"):
             v = getattr(self, name)
             if not 0 <= v <= 1:
                 raise ValueError(f"AnalyzerConfig.{name}={v!r} must be between 0 and 1")
-        if self.horizon_epochs <= 0:
-            raise ValueError("AnalyzerConfig.horizon_epochs must be positive")
+        if not self.critical_checks > 0:
+            raise ValueError("AnalyzerConfig.critical_checks must be positive")
+        if self.census_max_objects < 0:
+            raise ValueError("AnalyzerConfig.census_max_objects must be >= 0")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +65,14 @@ class CheckContext:
 
     Attributes:
         origin: where the findings of this check are born (epoch, step, rank, stage, check).
+        at: ``"epoch_end"`` (the summary is a closed epoch) or ``"interval"`` (a check inside the
+            epoch: the summary is the segment since the previous check).
+        partial: at an interval check once an epoch has ended: the epoch so far (judged
+            against the closed epochs, so that growth released at epoch ends stays apart).
+        horizon_s: when ``total_steps`` is unknown, growth reaching a limit within this much
+            wall time can kill the run (a warning); slower growth is information.
+        defer_leaks: an interval check in the first epoch of a run planned to have more: leave
+            leak and accumulation verdicts to the epoch end.
         limits: known byte limits per metric (device total, cgroup or physical memory).
         total_steps: the run's planned number of optimizer steps, when known.
         steps_done: optimizer steps so far.
@@ -74,9 +87,13 @@ class CheckContext:
     """
 
     origin: Origin = Origin()
+    at: str = "epoch_end"
+    partial: Any = None
     limits: Mapping[str, float] = dataclasses.field(default_factory=dict)
     total_steps: int | None = None
     steps_done: int = 0
+    horizon_s: float = 3 * 86400.0
+    defer_leaks: bool = False
     device_kind: str = "cuda"
     census: str = "auto"
     trace: Any = None

@@ -30,23 +30,45 @@ def _ci(slope_ci: tuple[float, float]) -> str:
 
 # --------------------------------------------------------------------------- leaks
 
+def _span(stats: list[EpochStats]) -> str:
+    """"over 3 epochs" / "across 4 checks": what the units judged were."""
+    if stats and stats[-1].unit.startswith("s"):
+        return f"across {len(stats)} checks"
+    return f"over {len(stats)} epochs"
+
+
+def forecast_words(limit: float | None, steps_to_oom: float | None,
+                   seconds_to_oom: float | None, severity: Severity, remaining: float,
+                   run_known: bool) -> str:
+    """The forecast in words, for a threat ("reached in about 1,200 steps (40 min)") or not
+    ("9 years away ...: not a threat to this run")."""
+    if limit is None:
+        return " No memory limit is known to forecast against."
+    if steps_to_oom is None:
+        return ""
+    if severity != "info":
+        return (f" At this rate the {fmt_bytes(limit)} limit is reached in about "
+                f"{steps_to_oom:,.0f} steps ({fmt_duration(seconds_to_oom)}).")
+    after = (f", after this run ends ({remaining:,.0f} steps left)" if run_known else
+             f", beyond the {fmt_duration(remaining * (seconds_to_oom or 0) / steps_to_oom)} "
+             "horizon" if steps_to_oom else "")
+    return (f" At this rate the {fmt_bytes(limit)} limit is {fmt_duration(seconds_to_oom)} away "
+            f"({steps_to_oom:,.0f} steps){after}: not a threat to this run.")
+
+
 def leak(*, origin: Origin, metric: str, stats: list[EpochStats], slope: float,
          slope_ci: tuple[float, float], limit: float | None, peak_now: float,
          steps_to_oom: float | None, seconds_to_oom: float | None, severity: Severity,
-         attribution: Attribution, horizon_steps: float) -> Finding:
+         attribution: Attribution, remaining: float, run_known: bool) -> Finding:
     cur = stats[-1]
     n_ep = sum(1 for s in stats if s.shape == "growing") or 1
     culprit, suggestions, detail = _culprit(metric, attribution)
     msg = (
         f"{_where(metric)} grows by {fmt_bytes(slope)} per step ({_ci(slope_ci)}) and is not "
-        f"released at epoch ends: its floor rose by {fmt_bytes(cur.floor - stats[0].floor)} "
-        f"(to {fmt_bytes(cur.floor)}) over {len(stats)} epochs."
+        f"released: its floor rose by {fmt_bytes(cur.floor - stats[0].floor)} "
+        f"(to {fmt_bytes(cur.floor)}) {_span(stats)}."
     )
-    if steps_to_oom is not None and limit is not None:
-        msg += (
-            f" At this rate the {fmt_bytes(limit)} limit is reached in about "
-            f"{steps_to_oom:,.0f} steps ({fmt_duration(seconds_to_oom)})."
-        )
+    msg += forecast_words(limit, steps_to_oom, seconds_to_oom, severity, remaining, run_known)
     if detail:
         msg += " " + detail
     evidence = {
@@ -62,7 +84,7 @@ def leak(*, origin: Origin, metric: str, stats: list[EpochStats], slope: float,
         "limit_bytes": limit,
         "peak_bytes": peak_now,
         **attribution.evidence(),
-        "horizon_steps": horizon_steps,
+        "remaining_steps": remaining,
     }
     return origin.finding(kind="leak", metric=metric, severity=severity, message=msg,
                           bytes_per_step=slope, steps_to_oom=steps_to_oom,
@@ -264,12 +286,10 @@ def _short(path: str) -> str:
 
 
 def worker_leak(origin: Origin, metric: str, stats: list[EpochStats], slope: float,
-                workers: int, steps_to_oom: float | None, horizon: float) -> Finding:
+                workers: int, steps_to_oom: float | None, severity: Severity) -> Finding:
     cur = stats[-1]
-    severity: Severity = "critical" if steps_to_oom is not None and steps_to_oom <= horizon \
-        else "warning"
     msg = (
-        f"{_where(metric)} grows by {fmt_bytes(slope)} per step across {len(stats)} epochs "
+        f"{_where(metric)} grows by {fmt_bytes(slope)} per step {_span(stats)} "
         f"({workers} workers, floor {fmt_bytes(stats[0].floor)} → {fmt_bytes(cur.floor)}), and "
         "resident memory grows with it: each worker accumulates its own state (a per-worker "
         "cache in the Dataset, growing lists in __getitem__), which copy-on-write does not "

@@ -11,9 +11,10 @@ import math
 
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
 from memwatch.analysis.shapes import EpochStats
+from memwatch.core.findings import Severity
 from memwatch.timeline import EpochSummary
 
-__all__ = ["forecast", "horizon_steps"]
+__all__ = ["consequence", "forecast", "remaining_steps"]
 
 
 def forecast(metric: str, summary: EpochSummary, cur: EpochStats, slope: float,
@@ -27,7 +28,7 @@ def forecast(metric: str, summary: EpochSummary, cur: EpochStats, slope: float,
     if metric == "device.allocated":
         for k in ("device.peak", "device.reserved"):
             h = history.get(k)
-            if not h or h[-1].epoch != cur.epoch or k not in summary.keys:
+            if not h or h[-1].unit != cur.unit or k not in summary.keys:
                 continue
             rate = h[-1].slope if h[-1].slope > 0 else slope
             pk = h[-1].peak
@@ -39,9 +40,20 @@ def forecast(metric: str, summary: EpochSummary, cur: EpochStats, slope: float,
     return peak_now, best
 
 
-def horizon_steps(cur: EpochStats, ctx: CheckContext, cfg: AnalyzerConfig) -> float:
-    """Steps within which an OOM forecast is critical: the run's remaining planned steps when
-    known, else ``horizon_epochs`` epochs of this length."""
+def remaining_steps(cur: EpochStats, ctx: CheckContext) -> float:
+    """Steps this run has left: from its planned length when known, else the steps that fit in
+    ``ctx.horizon_s`` of wall time at the current pace."""
     if ctx.total_steps:
         return max(float(ctx.total_steps) - float(ctx.steps_done), 0.0)
-    return cfg.horizon_epochs * cur.n_steps
+    return ctx.horizon_s / max(cur.seconds_per_step, 1e-9)
+
+
+def consequence(steps_to_oom: float | None, cur: EpochStats, ctx: CheckContext,
+                cfg: AnalyzerConfig) -> Severity:
+    """Severity by consequence: ``warning`` when the forecast reaches the limit within the run
+    (:func:`remaining_steps`), ``critical`` when that is also within ``critical_checks`` units of
+    the one judged (counted in steps, so that a busy machine says the same); ``info`` otherwise
+    (slower growth, or no limit to forecast against)."""
+    if steps_to_oom is None or steps_to_oom > remaining_steps(cur, ctx):
+        return "info"
+    return "critical" if steps_to_oom <= cfg.critical_checks * cur.n_steps else "warning"

@@ -7,7 +7,7 @@ import numpy as np
 
 from memwatch.analysis import explain
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
-from memwatch.analysis.shapes import EpochStats, delta, last_value
+from memwatch.analysis.shapes import EpochStats, delta, last_value, unit_of
 from memwatch.analysis.trend import diff_noise, trend_test
 from memwatch.core.findings import Finding
 from memwatch.timeline import EpochSummary
@@ -29,7 +29,7 @@ def judge(summary: EpochSummary, history: dict[str, list[EpochStats]], ctx: Chec
     t = summary.bucket_step[ok].astype(np.float64)
     gap = (r - a)[ok]
     alloc_hist = history.get("device.allocated", [])
-    alloc = alloc_hist[-1] if alloc_hist and alloc_hist[-1].epoch == summary.epoch else None
+    alloc = alloc_hist[-1] if alloc_hist and alloc_hist[-1].unit == unit_of(summary) else None
     if alloc is not None and alloc.shape == "growing":
         return []  # reserved follows a growing allocation: that is the leak, not fragments
     tr = trend_test(t, gap)

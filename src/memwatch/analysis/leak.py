@@ -24,9 +24,9 @@ from memwatch.analysis.attribution import (
     traced_explains,
 )
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
-from memwatch.analysis.forecast import forecast, horizon_steps
+from memwatch.analysis.forecast import consequence, forecast, remaining_steps
 from memwatch.analysis.shapes import EpochStats
-from memwatch.core.findings import Finding, Severity
+from memwatch.core.findings import Finding
 from memwatch.timeline import EpochSummary
 
 __all__ = ["Once", "judge", "verdict"]
@@ -120,10 +120,12 @@ def _leak_finding(metric: str, summary: EpochSummary, hist: list[EpochStats],
     limit = ctx.limit(metric)
     peak_now, steps_to_oom = forecast(metric, summary, cur, slope, limit, history)
     seconds_to_oom = None if steps_to_oom is None else steps_to_oom * cur.seconds_per_step
-    horizon = horizon_steps(cur, ctx, cfg)
-    soon = steps_to_oom is not None and steps_to_oom <= horizon
-    severity: Severity = "critical" if soon else "warning"
-    attribution = attribute(metric, cur, pair, ctx, cfg)
+    severity = consequence(steps_to_oom, cur, ctx, cfg)
+    # What live objects must explain: the growth over the stretch between the two censuses,
+    # at the judged rate (floors), never two point reads of RSS (a busy machine moves those).
+    census_steps = pair[1].step - pair[0].step if pair is not None else cur.n_steps
+    attribution = attribute(metric, cur, pair, ctx, cfg,
+                            growth=max(slope, 0.0) * max(census_steps, 1))
     if trace is not None:
         attribute_traced(attribution, cur, trace, cfg)
     if attribution.own_growth:
@@ -136,4 +138,5 @@ def _leak_finding(metric: str, summary: EpochSummary, hist: list[EpochStats],
     return explain.leak(origin=ctx.origin, metric=metric, stats=hist, slope=slope,
                         slope_ci=(low, high), limit=limit, peak_now=peak_now,
                         steps_to_oom=steps_to_oom, seconds_to_oom=seconds_to_oom,
-                        severity=severity, attribution=attribution, horizon_steps=horizon)
+                        severity=severity, attribution=attribution,
+                        remaining=remaining_steps(cur, ctx), run_known=bool(ctx.total_steps))

@@ -52,6 +52,9 @@ class EpochStats:
     step_index: int | None = None
     step_height: float = 0.0
     step_at: int | None = None
+    #: Which summary these stats are of: ``"e3"`` (epoch 3, or epoch 3 so far), ``"s7"``
+    #: (segment 7: the stretch between two checks).
+    unit: str = ""
 
     @property
     def slope(self) -> float:
@@ -102,6 +105,7 @@ def epoch_stats(summary: EpochSummary, metric: str, cfg: ShapeConfig,
         noise=noise,
         threshold=threshold,
         shape="flat",
+        unit=unit_of(summary),
     )
     rise_fit = tr.slope * span
     # A single jump first. It inflates both the residual noise and the residuals'
@@ -123,6 +127,11 @@ def epoch_stats(summary: EpochSummary, metric: str, cfg: ShapeConfig,
     st.saturation = saturation_ratio(t, y, tr)
     st.shape = "plateau" if st.saturation < cfg.saturation else "growing"
     return st
+
+
+def unit_of(summary: EpochSummary) -> str:
+    """``"s<segment>"`` for a check's segment, ``"e<epoch>"`` for an epoch (or one so far)."""
+    return f"s{summary.segment}" if summary.segment is not None else f"e{summary.epoch}"
 
 
 def last_value(summary: EpochSummary, key: str) -> float | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from memwatch.analysis import explain
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
-from memwatch.analysis.forecast import horizon_steps
+from memwatch.analysis.forecast import consequence
 from memwatch.analysis.leak import Once, verdict
 from memwatch.analysis.shapes import EpochStats, last_value
 from memwatch.core.findings import Finding
@@ -23,7 +23,7 @@ def judge(metric: str, summary: EpochSummary, history: dict[str, list[EpochStats
     hist = history[metric]
     cur = hist[-1]
     rss_hist = history.get("workers.rss", [])
-    rss = rss_hist[-1] if rss_hist and rss_hist[-1].epoch == cur.epoch else None
+    rss = rss_hist[-1] if rss_hist and rss_hist[-1].unit == cur.unit else None
     count = last_value(summary, "workers.count")
     if not count:
         return []
@@ -42,7 +42,7 @@ def judge(metric: str, summary: EpochSummary, history: dict[str, list[EpochStats
             (hist[-1].floor - hist[-2].floor) / max(cur.n_steps, 1)
         steps_to_oom = (limit - cur.peak) / slope if limit and slope > 0 else None
         return [explain.worker_leak(ctx.origin, metric, hist, slope, int(count), steps_to_oom,
-                                    horizon_steps(cur, ctx, cfg))]
+                                    consequence(steps_to_oom, cur, ctx, cfg))]
     if v == "accumulation":
         prev = hist[-2] if len(hist) > 1 else None
         return once(metric, "accumulation",

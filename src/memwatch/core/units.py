@@ -31,4 +31,6 @@ def fmt_duration(seconds: float | None) -> str:
         return f"{seconds / 60:.0f} min"
     if seconds < 172800:
         return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
+    if seconds < 2 * 365.25 * 86400:
+        return f"{seconds / 86400:.1f} days"
+    return f"{seconds / (365.25 * 86400):,.0f} years"

@@ -29,9 +29,10 @@ from typing import Any
 from memwatch.core.errors import ConfigError, MemWatchWarning
 from memwatch.core.findings import Finding
 from memwatch.core.metrics import PREFIX
-from memwatch.integrations._framework import FindingWarner, check_log_every, device_spec
+from memwatch.integrations._framework import check_log_every, device_spec
 from memwatch.runtime.dispatch import SinkSet
 from memwatch.runtime.resume import STATE_VERSION, plain
+from memwatch.runtime.warn import WARN_SEVERITIES, FindingWarner
 from memwatch.session import MemWatch, WatchConfig
 
 __all__ = ["ADAPTER_STATE_VERSION", "GRACEFUL_STOP_WATCHDOG", "STATE_FILE", "Driver",
@@ -49,7 +50,6 @@ STATE_FILE = "memwatch_state.json"
 #: into a checkpoint and a clean stop.
 GRACEFUL_STOP_WATCHDOG: dict[str, Any] = {"on_critical": ("alert", "bundle", "stop"),
                                           "on_forecast": ("alert", "stop")}
-_WARN_SEVERITIES = ("warning", "critical")
 _MAX_FINDINGS = 1000
 _MAX_RECOVERED = 100
 
@@ -142,6 +142,10 @@ class Driver:
                              **(stage_labels or {})}
         #: The user's sinks and the framework's loggers: one fan-out, one failure rule.
         self.sinks = given.sinks if given is not None else SinkSet(options.pop("sinks", None))
+        # Every check of every session of this adapter (epoch ends, and checks inside epochs,
+        # which happen inside mw.step()) reports its findings here.
+        self._fresh: list[tuple[str, Finding]] = []
+        self.sinks.add(_FindingsTap(self._fresh))
         self._loggers: list[Any] = []
         self.memwatch: MemWatch | None = None
         self.eval_memwatch: dict[str, MemWatch] = {}
@@ -191,12 +195,14 @@ class Driver:
         if self.given is not None:
             base = dataclasses.replace(self.given.config, sinks=self.sinks)
         else:
-            base = WatchConfig(**{"device": self.device, "out_dir": self.out_dir,
+            # The driver warns about every session's findings itself (with the rank and loop).
+            base = WatchConfig(**{"device": self.device, "out_dir": self.out_dir, "warn": False,
                                   **(defaults or {}), **self.options, "sinks": self.sinks})
         return dataclasses.replace(base, **overrides) if overrides else base
 
     # ------------------------------------------------------------------ training
-    def start(self, total_steps: Any = None, **defaults: Any) -> MemWatch | None:
+    def start(self, total_steps: Any = None, steps_per_epoch: Any = None,
+              **defaults: Any) -> MemWatch | None:
         """Start the training session (the given one first; ``defaults``: MemWatch options the
         framework suggests, under the user's); None when it cannot start."""
         mw = self.memwatch
@@ -218,25 +224,28 @@ class Driver:
             return None
         self.memwatch = mw
         self._ooms_seen = self.device_ooms()
-        self.set_total_steps(total_steps)
+        self.set_total_steps(total_steps, steps_per_epoch)
         if self._pending_state is not None:
             self._restore(self._pending_state)
         return mw
 
-    def set_total_steps(self, total: Any) -> None:
-        """The run's planned length, for forecasts (ignored when unknown or set by the user)."""
+    def set_total_steps(self, total: Any, steps_per_epoch: Any = None) -> None:
+        """The run's planned length and its epochs' length, for forecasts and for telling
+        accumulation from leaks (each ignored when unknown or set by the user)."""
         mw = self.memwatch
-        try:
-            if mw is not None and mw.total_steps is None and total and float(total) > 0 \
-                    and float(total) != float("inf"):
-                mw.total_steps = int(total)
-        except (TypeError, ValueError, OverflowError):
-            pass
+        if mw is None:
+            return
+        if mw.total_steps is None:
+            mw.total_steps = _positive_int(total)
+        if mw.steps_per_epoch is None:
+            mw.steps_per_epoch = _positive_int(steps_per_epoch)
 
     def step(self) -> None:
         mw = self.memwatch
         if mw is not None:
             mw.step()
+            if self._fresh:  # a check inside the epoch found something
+                self._take_fresh()
 
     def wants_stop(self) -> bool:
         """The watchdog asked this process to stop and the adapter has not stopped yet."""
@@ -263,14 +272,23 @@ class Driver:
         mw = self.memwatch if stage == "train" else self.eval_memwatch.get(stage)
         if mw is None or not mw.running:
             return []
-        new = mw.end_epoch()  # never raises (the session disables what fails)
+        mw.end_epoch()  # never raises (the session disables what fails)
+        return self._take_fresh()
+
+    def _take_fresh(self) -> list[Finding]:
+        """The findings the checks reported since last time: kept, and warned about (outside
+        the sinks' dispatch: a warnings filter set to "error" is the user's to see)."""
+        fresh, self._fresh[:] = list(self._fresh), []
+        new = [f for _, f in fresh]
         self.findings.extend(new)
         del self.findings[:-_MAX_FINDINGS]  # bounded, like the session's own list
+        # A session that warns itself (one the user passed) said its interval findings already.
+        said = self.memwatch is not None and bool(self.memwatch.config.warn)
         if self.warn:
-            for f in new:
+            for at, f in fresh:
                 # Info findings (a warm-up that levelled off) are logged, not warned about: a
                 # clean run stays silent.
-                if f.severity in _WARN_SEVERITIES:
+                if f.severity in WARN_SEVERITIES and not (said and at == "interval"):
                     self._warn(f)
         return new
 
@@ -493,3 +511,32 @@ class Driver:
         except Exception as e:  # noqa: BLE001 - a bad state must not stop the resumed run
             log.warning("memwatch: could not read its state from the checkpoint (%s: %s); the "
                         "analysis starts fresh", type(e).__name__, e)
+
+
+def _positive_int(v: Any) -> int | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return int(f) if 0 < f < 1e15 else None
+
+
+class _FindingsTap:
+    """The driver's own sink: collects the findings of every check (``on_check``, so evaluation
+    loops' too) for the driver to keep and warn about once the framework's call returns."""
+
+    sink_name = "the adapter's findings"
+
+    def __init__(self, into: list[tuple[str, Finding]]) -> None:
+        self.into = into
+
+    def on_check(self, report: Any) -> None:
+        self.into.extend((report.at, f) for f in report.findings)
+
+    def on_metrics(self, step: int, sample: Any) -> None: ...
+
+    def on_findings(self, epoch: int, findings: Any, summary: Any) -> None: ...
+
+    def on_bundle(self, path: Any, manifest: Any) -> None: ...
+
+    def close(self) -> None: ...

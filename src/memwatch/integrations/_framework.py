@@ -10,16 +10,14 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 from typing import Any, TypeVar
 
-from memwatch.core.errors import ConfigError, MemWatchWarning
-from memwatch.core.findings import Finding
+from memwatch.core.errors import ConfigError
 
-__all__ = ["FindingWarner", "as_int", "check_choice", "guarded",
+__all__ = ["as_int", "check_choice", "guarded",
            "check_log_every", "device_spec", "failures_recorded", "from_caller_frames", "observe",
            "unobserve"]
 
@@ -144,27 +142,3 @@ def check_log_every(value: Any, fix: str) -> None:
         raise ConfigError(f"log_every_n_steps={value!r} must be an int >= 1{fix}")
 
 
-
-
-class FindingWarner:
-    """A :class:`memwatch.MemWatchWarning` once per (stage, kind, metric), and once more when a
-    later verdict names the holder the first could not (the census needs two checks)."""
-
-    def __init__(self) -> None:
-        #: (stage, kind, metric) already warned about; checkpointable as a list of lists.
-        self.warned: set[tuple[str, str, str]] = set()
-
-    def warn(self, f: Finding, labels: str = "", stacklevel: int = 2) -> None:
-        key = (f.stage, f.kind, f.metric)
-        named = (f.stage, f.kind, f.metric + "#culprit")
-        if key in self.warned and (not f.culprit or named in self.warned):
-            return
-        self.warned.add(key)
-        if f.culprit:
-            self.warned.add(named)
-        text = f"memwatch{labels}: {f.kind} in {f.metric}: {f.message}"
-        if f.culprit and f.culprit not in text:
-            text += f" Held by: {f.culprit}."
-        if f.suggestions:
-            text += " Try: " + "; ".join(f.suggestions)
-        warnings.warn(text, MemWatchWarning, stacklevel=stacklevel + 1)

@@ -121,7 +121,7 @@ class MemWatchCallback(Adapter, Callback):
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._last_global_step = trainer.global_step
-        self._d.set_total_steps(_planned_steps(trainer))
+        self._d.set_total_steps(_planned_steps(trainer), _epoch_steps(trainer))
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
@@ -236,6 +236,13 @@ def _planned_steps(trainer: Any) -> Any:
         return trainer.estimated_stepping_batches
     except Exception:  # noqa: BLE001 - the forecast horizon is optional
         return None
+
+
+def _epoch_steps(trainer: Any) -> Any:
+    """Optimizer steps per training epoch (batches over gradient accumulation), when known."""
+    batches = getattr(trainer, "num_training_batches", None)
+    accumulate = max(int(getattr(trainer, "accumulate_grad_batches", 1) or 1), 1)
+    return None if batches is None else -(-batches // accumulate)
 
 
 def _logger_step(trainer: Any) -> int:

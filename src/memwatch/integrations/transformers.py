@@ -243,7 +243,8 @@ class MemWatchCallback(ad.Adapter, TrainerCallback):
             self.close()
         self._configure(args)
         self.train_batch_size = fw.as_int(getattr(state, "train_batch_size", None))
-        if self._d.start(getattr(state, "max_steps", None)) is None:
+        epochs = getattr(state, "num_train_epochs", 0) or 0  # huge for a max_steps-only run
+        if self._d.start(state.max_steps, state.max_steps // epochs if epochs else None) is None:
             return
         self._attempt_open = True
         # Resumed from a checkpoint: the path train() was given (up the stack), else the

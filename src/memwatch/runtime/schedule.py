@@ -61,6 +61,13 @@ class Schedule:
         self._tasks = [t for t in self._tasks if t.name != name]
         self._refresh()
 
+    def restart(self, name: str, step: int) -> None:
+        """Plan the task ``name`` (if any) from ``step``: its period counts from now."""
+        for t in self._tasks:
+            if t.name == name:
+                self._plan(t, step)
+        self._refresh()
+
     def reschedule(self, step: int) -> None:
         """Plan every task from ``step`` (after the step count jumped: a resumed run)."""
         for t in self._tasks:

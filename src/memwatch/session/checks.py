@@ -11,12 +11,16 @@ Origin`).
 from __future__ import annotations
 
 import logging
+import math
+import time
 from typing import Any
 
 from memwatch.analysis.context import CheckContext
 from memwatch.core.findings import Finding, Origin
 from memwatch.core.protocols import CheckReport, SessionView
 from memwatch.runtime.dispatch import SinkSet
+from memwatch.runtime.schedule import Schedule
+from memwatch.runtime.warn import WARN_SEVERITIES, FindingWarner
 from memwatch.session.checkpoint import MAX_FINDINGS
 from memwatch.session.config import WatchConfig
 from memwatch.timeline import EpochSummary
@@ -45,9 +49,16 @@ class Checks:
     total_steps: int | None
     rank_summaries: list[Any]
     rank_last_seen: list[Any]
+    steps_per_epoch: int | None
+    timeline: Any
     _tracer: Any
     _exchange: Any
     _sinks: SinkSet
+    _slow: Any
+    _schedule: Schedule
+    _next_due: int
+    _check_due_t: float
+    _warner: FindingWarner
 
     def limits(self) -> dict[str, float]:
         raise NotImplementedError  # MemWatch.limits
@@ -112,6 +123,51 @@ class Checks:
         except Exception:  # noqa: BLE001
             log.debug("memwatch: tracemalloc failed to stop", exc_info=True)
 
+    # ------------------------------------------------------------------ checks inside epochs
+    def _step_check(self, step: int) -> None:
+        """The step-based check (every ``check_every_n_steps``): every rank is at this step."""
+        self._interval_check(aligned=True)
+
+    def _interval_check(self, aligned: bool) -> list[Finding]:
+        """A check inside the epoch: judge the segment since the previous check (and the epoch
+        so far, once an epoch ended); warn about what it finds (``step()`` returns nothing)."""
+        tl = self.timeline
+        if tl is None or self.analyzer is None or "analyzer" in self.disabled:
+            return []
+        try:
+            if self._slow is not None:
+                self._slow.poll()  # fresh USS/PSS and worker readings for the verdicts
+            summary = tl.end_segment()
+            partial = tl.epoch_so_far() if tl.epochs else None
+        except Exception as e:  # noqa: BLE001
+            self._disable("segment summary", e)
+            return []
+        if summary is None:
+            return []
+        new = self._check(summary, "interval", partial=partial, exchange=aligned)
+        if self.config.warn:
+            for f in new:
+                if f.severity in WARN_SEVERITIES:
+                    self._warner.warn(f, stacklevel=5)
+        return new
+
+    def _checked(self) -> None:
+        """After any check: the next one is due ``check_every_n_steps`` / ``check_every_s`` from
+        now."""
+        every_s = self.config.check_every_s
+        self._check_due_t = time.monotonic() + every_s if every_s is not None else math.inf
+        self._schedule.restart("check", self.step_count)
+        self._next_due = self._schedule.next_due
+
+    def _defer_leaks(self) -> bool:
+        """In the first epoch of a run planned to have more, only its end tells a leak from
+        epoch-scoped accumulation: checks inside it leave those verdicts to the epoch end."""
+        spe = self.steps_per_epoch
+        if not spe or (self.timeline is not None and self.timeline.epochs):
+            return False
+        return self.total_steps is None or self.total_steps > 1.5 * spe
+
+    # ------------------------------------------------------------------ every check
     def _origin(self, summary: EpochSummary | None) -> Origin:
         world = self.rank.get("world_size", 1)
         return Origin(epoch=summary.epoch if summary is not None else max(self.epoch - 1, 0),
@@ -119,33 +175,37 @@ class Checks:
                       rank=self.rank.get("rank", 0) if world > 1 else None,
                       stage=self.config.stage, check=self.checks)
 
-    def _context(self, origin: Origin, census: str | None = None,
-                 trace: Any = None) -> CheckContext:
+    def _context(self, origin: Origin, at: str, partial: EpochSummary | None = None,
+                 trace: Any = None, census: str | None = None) -> CheckContext:
         """What the analyzer is told at this check (it never reads the session)."""
         tracer = self._tracer
         return CheckContext(
-            origin=origin, limits=self.limits(), total_steps=self.total_steps,
-            steps_done=self.step_count,
+            origin=origin, at=at, partial=partial, limits=self.limits(),
+            total_steps=self.total_steps, steps_done=self.step_count,
+            horizon_s=self.config.horizon_s,
+            defer_leaks=at == "interval" and self._defer_leaks(),
             device_kind=getattr(self.device, "kind", "cuda") or "cuda",
             census=census or self.config.census, trace=trace,
             tracing=tracer is not None and tracer.active,
             collected=tracer is not None and tracer.active
-            and tracer.collected_epoch == origin.epoch)
+            and tracer.collected_epoch == origin.check)
 
-    def _check(self, summary: EpochSummary | None, at: str) -> list[Finding]:
+    def _check(self, summary: EpochSummary | None, at: str, partial: EpochSummary | None = None,
+               exchange: bool = True) -> list[Finding]:
         origin = self._origin(summary)
         self.checks += 1
         trace = None
         if summary is not None and self._tracer is not None:
-            try:  # before the analyzer, which reads the diff
-                trace = self._tracer.epoch_end(summary.epoch, self.step_count,
+            try:  # before the analyzer, which reads the diff (keyed by the check)
+                trace = self._tracer.epoch_end(origin.check, self.step_count,
                                                self.latest().get("host.rss"))
             except Exception as e:  # noqa: BLE001
                 self._stop_tracer(e)
         new: list[Finding] = []
         if summary is not None and self.analyzer is not None and "analyzer" not in self.disabled:
-            new = self._judge(summary, self._context(origin, trace=trace))
-        new += self._exchange_ranks(new, summary, origin)  # every rank, even after an empty epoch
+            new = self._judge(summary, self._context(origin, at, partial, trace))
+        if exchange:  # every rank, even after an empty epoch; ranks meet at the same step only
+            new += self._exchange_ranks(new, summary, origin)
         self.findings.extend(new)
         if len(self.findings) > MAX_FINDINGS:
             # Bounded whatever the run length: the oldest findings go first (every one was also
@@ -161,6 +221,7 @@ class Checks:
                 stage=self.config.stage, epoch=summary.epoch, step=self.step_count,
                 check=origin.check or 0, at=at, findings=tuple(new), summary=summary,
                 rank_summaries=tuple(self.rank_summaries)))
+        self._checked()
         return new
 
     def _judge(self, summary: EpochSummary, ctx: CheckContext) -> list[Finding]:
@@ -177,7 +238,7 @@ class Checks:
                 # RSS: the next allocation-site diff must not take that for the user's growth.
                 rss1 = tracer.rss()
                 if rss1 is not None:
-                    tracer.note_own_rss(summary.epoch, rss1 - rss0)
+                    tracer.note_own_rss(ctx.origin.check, rss1 - rss0)
 
     def _exchange_ranks(self, new: list[Finding], summary: EpochSummary | None,
                         origin: Origin) -> list[Finding]:

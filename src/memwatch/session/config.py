@@ -126,6 +126,21 @@ class WatchConfig:
             Python objects (lists of dicts, string logs, caches of bytes or arrays) is named by
             the line that allocates it. Costs time on every Python allocation while on (see
             ``docs/benchmarks.md``); tracing the user already started is used and never stopped.
+        check_every_n_steps, check_every_s: a check (verdicts) inside the epoch every N optimizer
+            steps and/or every T seconds, whichever comes first; ``None`` turns one off (both
+            ``None``: checks at epoch ends only). Every epoch end is a check too. The defaults
+            (5,000 steps, 600 s) give a 100k-step run of one epoch its first verdicts within
+            about half an hour at any speed (a leak is confirmed at the second or third check
+            after it starts): see ``docs/findings.md``. Only step-based checks exchange summaries
+            across ranks (every rank reaches the same step; the clocks of ranks differ).
+        horizon_s: when the run's length is unknown, growth that would reach the limit within
+            this much wall time is a ``warning`` (default: 3 days); slower growth is ``info``.
+        steps_per_epoch: the epoch length, when known (the adapters set it): in the first epoch
+            of a run planned to have more, checks inside it leave leak verdicts to its end (only
+            an epoch end tells a leak from epoch-scoped accumulation).
+        warn: a :class:`memwatch.MemWatchWarning` for each new finding of severity warning or
+            critical that a check inside an epoch makes (``step()`` cannot return them; the
+            findings of ``end_epoch()`` are returned). The adapters warn themselves.
     """
 
     device: Any = None
@@ -156,6 +171,11 @@ class WatchConfig:
     #: The loop this session watches: "train" (default), or "val"/"test"/"predict" for the
     #: evaluation sessions an integration runs beside training. It is recorded in every finding.
     stage: str = "train"
+    check_every_n_steps: int | None = 5000
+    check_every_s: float | None = 600.0
+    horizon_s: float = 3 * 86400.0
+    steps_per_epoch: int | None = None
+    warn: bool = True
 
     def __post_init__(self) -> None:
         s = object.__setattr__
@@ -189,6 +209,19 @@ class WatchConfig:
             raise ConfigError(f"log_every_n_steps={n!r} must be an int >= 1 (how often the "
                               "sinks get a sample), e.g. 50.")
         _tracemalloc_frames(self.tracemalloc)
+        every = self.check_every_n_steps
+        if every is not None and (not isinstance(every, int) or isinstance(every, bool)
+                                  or every < 16):
+            raise ConfigError(f"check_every_n_steps={every!r} must be an int >= 16 (a check "
+                              "needs a few points to see a trend), or None for checks at epoch "
+                              "ends and by time only; e.g. 5000.")
+        if self.check_every_s is not None:
+            s(self, "check_every_s", _positive("check_every_s", self.check_every_s,
+                                               "for example 600 (seconds), or None"))
+        s(self, "horizon_s", _positive("horizon_s", self.horizon_s,
+                                       "for example 259200 (3 days, in seconds)"))
+        if self.steps_per_epoch is not None:
+            _positive("steps_per_epoch", self.steps_per_epoch, "or None when it is not known")
         if self.stage not in STAGES:
             raise ConfigError(f"stage={self.stage!r}: use one of {', '.join(STAGES)}.")
         if not isinstance(self.sinks, SinkSet):
@@ -224,8 +257,11 @@ class WatchConfig:
         # A list of sinks belongs to the training session (which closes them); a shared
         # SinkSet (what the integrations pass) is closed by its owner and serves both.
         sinks = self.sinks if isinstance(self.sinks, SinkSet) else None
+        # An evaluation loop is judged at its end: no checks inside it.
         return dataclasses.replace(self, stage=stage, recorder=False, signals=False,
-                                   watchdog=False, total_steps=None, sinks=sinks)
+                                   watchdog=False, total_steps=None, sinks=sinks,
+                                   check_every_n_steps=None, check_every_s=None,
+                                   steps_per_epoch=None)
 
     def options(self) -> dict[str, Any]:
         """The options as keyword arguments of :class:`memwatch.MemWatch`."""

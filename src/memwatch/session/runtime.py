@@ -10,6 +10,8 @@ offers the flight recorder's public entry points (``dump``, ``handle_exception``
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -47,8 +49,14 @@ class RuntimeParts:
     _next_due: int
     _running: bool
 
+    analyzer: Any
+    _check_due_t: float
+
     def latest(self) -> dict[str, float]:
         raise NotImplementedError  # MemWatch.latest
+
+    def _step_check(self, step: int) -> None:
+        raise NotImplementedError  # Checks._step_check
 
     def _disable(self, component: str, exc: BaseException) -> None:
         raise NotImplementedError  # MemWatch._disable
@@ -82,6 +90,11 @@ class RuntimeParts:
         if self._sinks and self.config.stage == "train":
             # Multiples of N, so the logged steps stay aligned across a resume.
             s.add("sinks", self.config.log_every_n_steps, self._sink_sample, n, aligned=True)
+        if self.analyzer is not None:
+            every_n, every_s = self.config.check_every_n_steps, self.config.check_every_s
+            if every_n is not None:
+                s.add("check", every_n, self._step_check, n)
+            self._check_due_t = time.monotonic() + every_s if every_s is not None else math.inf
         self._next_due = s.next_due
 
     def add_sink(self, sink: Any) -> None:

@@ -13,6 +13,7 @@ exchange) get a read-only view of this session and explicit callbacks, never the
 from __future__ import annotations
 
 import logging
+import math
 import operator
 import os
 import sys
@@ -30,6 +31,7 @@ from memwatch.runtime.dispatch import SinkSet
 from memwatch.runtime.exchange import rank_info
 from memwatch.runtime.recorder import FlightRecorder
 from memwatch.runtime.schedule import Schedule
+from memwatch.runtime.warn import FindingWarner
 from memwatch.runtime.watchdog import Watchdog
 from memwatch.session.checkpoint import MAX_FINDINGS, Checkpointing
 from memwatch.session.checks import Checks
@@ -109,6 +111,11 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
         log_every_n_steps: int = 50,
         tracemalloc: bool | int = False,
         stage: str = "train",
+        check_every_n_steps: int | None = 5000,
+        check_every_s: float | None = 600.0,
+        horizon_s: float = 3 * 86400.0,
+        steps_per_epoch: int | None = None,
+        warn: bool = True,
     ) -> None:
         self._init(WatchConfig(
             device=device, host=host, workers=workers, out_dir=out_dir, interval_s=interval_s,
@@ -118,7 +125,9 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
             bundle_on=bundle_on, max_bundles=max_bundles, max_bundle_bytes=max_bundle_bytes,
             max_total_bytes=max_total_bytes, record_history=record_history, signals=signals,
             bundle_report=bundle_report, watchdog=watchdog, sinks=sinks,
-            log_every_n_steps=log_every_n_steps, tracemalloc=tracemalloc, stage=stage))
+            log_every_n_steps=log_every_n_steps, tracemalloc=tracemalloc, stage=stage,
+            check_every_n_steps=check_every_n_steps, check_every_s=check_every_s,
+            horizon_s=horizon_s, steps_per_epoch=steps_per_epoch, warn=warn))
 
     @classmethod
     def from_config(cls, config: WatchConfig) -> MemWatch:
@@ -133,6 +142,8 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
         #: The run's planned number of optimizer steps (the forecast horizon); integrations set
         #: it from the framework when the user did not.
         self.total_steps: int | None = config.total_steps
+        #: The epoch length, when known (the adapters set it from the framework).
+        self.steps_per_epoch: int | None = config.steps_per_epoch
         shared = isinstance(config.sinks, SinkSet)
         self._sinks = config.sinks if isinstance(config.sinks, SinkSet) else SinkSet(config.sinks)
         self._owns_sinks = not shared
@@ -172,7 +183,9 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
         self._tracer: Any = None  # analysis.allocations.AllocationTracer while tracing
         self._exchange: Any = None  # runtime.exchange.RankExchange when distributed
         self._schedule = Schedule()
-        self._next_due = sys.maxsize  # step() compares one int with this
+        self._next_due = sys.maxsize  # step() compares one int with this ...
+        self._check_due_t = math.inf  # ... and one float: the time-based check
+        self._warner = FindingWarner()
         self._running = False
         self._closed = False
         self._pid = os.getpid()
@@ -285,29 +298,33 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
         if not self._running:
             return
         try:
-            self._sample()
+            t = self._sample()
         except Exception:  # noqa: BLE001
-            self._recover_step()
-        if self.step_count >= self._next_due:
-            self._run_due()
+            t = self._recover_step()
+        if self.step_count >= self._next_due or t >= self._check_due_t:
+            self._run_due(t)
 
-    def _sample(self) -> None:
+    def _sample(self) -> float:
         vals: list[float] = []
         for p in self._fast_probes:
             vals.extend(p.read_fast())
         vals.extend(self._slow.values)  # type: ignore[union-attr]
         # Count the step only once it is stored: a failed append retries in _recover_step.
-        self.timeline.append(self.step_count + 1, time.monotonic(), vals)  # type: ignore[union-attr]
+        t = time.monotonic()
+        self.timeline.append(self.step_count + 1, t, vals)  # type: ignore[union-attr]
         self.step_count += 1
+        return t
 
-    def _run_due(self) -> None:
+    def _run_due(self, t: float) -> None:
         try:
             self._schedule.run(self.step_count)
+            if t >= self._check_due_t:  # (a step-based check just now pushed it back)
+                self._interval_check(aligned=False)
         except Exception as e:  # noqa: BLE001 - each task guards itself; this is the backstop
             self._disable("schedule", e)
         self._next_due = self._schedule.next_due
 
-    def _recover_step(self) -> None:
+    def _recover_step(self) -> float:
         """Slow path after a failure: find the failing probe, disable it, keep sampling."""
         try:
             for p in list(self._fast_probes):
@@ -320,10 +337,11 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
                 except Exception as e:  # noqa: BLE001
                     self._probe_failed(p, e)
                     self._fast_probes[self._fast_probes.index(p)] = NanProbe(p)
-            self._sample()
+            return self._sample()
         except Exception as e:  # noqa: BLE001
             self._disable("sampler", e)
             self._running = False
+            return time.monotonic()
 
     def _probe_failed(self, probe: Probe, exc: BaseException) -> None:
         self._disable(f"probe {probe.name}", exc)

@@ -12,6 +12,11 @@ Two layers, both bounded whatever the run length:
 Recent epochs keep their buckets; older ones keep one compact row each (floor, peak, first, last),
 and past ``max_epochs`` compact rows the oldest are merged pairwise.
 
+Checks inside long epochs (``MemWatch(check_every_n_steps=...)``) cut the series into *segments*:
+the stretch since the previous check. The timeline keeps the segment in progress in a second
+set of buckets, so that a segment of a 100k-step epoch is as finely resolved as a short epoch, and
+can summarise the epoch in progress without closing it (:meth:`Timeline.epoch_so_far`).
+
 The hot path (:meth:`Timeline.append`) writes one row; bucket reduction happens in vectorised
 chunks every few steps, so its amortised cost is a fraction of a microsecond.
 """
@@ -49,6 +54,9 @@ class EpochSummary:
     bucket_floor: FloatArray | None = None  # (B, M)
     bucket_peak: FloatArray | None = None  # (B, M)
     bucket_last: FloatArray | None = None  # (B, M)
+    #: For the summary of a check's segment (the stretch since the previous check): its index
+    #: among the run's segments; None for an epoch.
+    segment: int | None = None
 
     def col(self, key: str) -> int:
         return self.keys.index(key)
@@ -164,6 +172,34 @@ class _BucketBuilder:
         return (self.step[:nb].copy(), self.count[:nb].copy(), self.floor[:nb].copy(),
                 self.peak[:nb].copy(), self.last[:nb].copy())
 
+    def snapshot(self) -> tuple[IntArray, IntArray, FloatArray, FloatArray, FloatArray]:
+        """What :meth:`finish` would return, without closing the bucket in progress."""
+        nb = self.nb
+        arrays = [self.step[:nb], self.count[:nb], self.floor[:nb], self.peak[:nb],
+                  self.last[:nb]]
+        if self.cur_count:
+            cur = (self.cur_step, self.cur_count, self.cur_floor, self.cur_peak, self.cur_last)
+            arrays = [np.concatenate([a, np.asarray([c], dtype=a.dtype)]) for a, c in
+                      zip(arrays, cur, strict=True)]
+        else:
+            arrays = [a.copy() for a in arrays]
+        return arrays[0], arrays[1], arrays[2], arrays[3], arrays[4]
+
+
+class _Span:
+    """The samples since a boundary (an epoch end, or a check): their buckets, and their first
+    sample (captured at the first flush: a span longer than the ring would lose it)."""
+
+    def __init__(self, m: int, max_buckets: int) -> None:
+        self.builder = _BucketBuilder(m, max_buckets)
+        self.first_n = 0  # the sample number the span starts at
+        self.first: tuple[FloatArray, int, float] | None = None
+
+    def reset(self, first_n: int) -> None:
+        self.builder.reset()
+        self.first_n = first_n
+        self.first = None
+
 
 class Timeline:
     """Columnar, fixed-memory store of per-step samples.
@@ -199,11 +235,9 @@ class Timeline:
         self._n = 0  # samples appended, ever
         self._flushed = 0  # samples already reduced into buckets
         self._flush_every = min(256, self.capacity // 2)
-        self._builder = _BucketBuilder(m, buckets_per_epoch)
-        self._epoch_first_n = 0
-        # The epoch's first sample, captured at the first flush of the epoch: an epoch longer
-        # than the ring would otherwise lose its true start step and time.
-        self._epoch_first: tuple[FloatArray, int, float] | None = None
+        self._epoch = _Span(m, buckets_per_epoch)  # the epoch in progress
+        self._segment = _Span(m, buckets_per_epoch)  # the stretch since the last check
+        self._segment_index = 0
         self.detailed_epochs = detailed_epochs
         self.max_epochs = max_epochs
         self.epochs: list[EpochSummary] = []
@@ -238,9 +272,10 @@ class Timeline:
     def _flush(self) -> None:
         rows, steps, _ = self._rows(self._flushed, self._n)
         if len(rows):
-            self._builder.add(rows, steps)
-            if self._epoch_first is None:
-                self._epoch_first = self._first_of_epoch()
+            for span in (self._epoch, self._segment):
+                span.builder.add(rows, steps)
+                if span.first is None:
+                    span.first = self._first_of(span.first_n)
         self._flushed = self._n
 
     @property
@@ -250,20 +285,52 @@ class Timeline:
     @property
     def epoch_samples(self) -> int:
         """Samples in the epoch in progress."""
-        return self._n - self._epoch_first_n
+        return self._n - self._epoch.first_n
+
+    @property
+    def segment_samples(self) -> int:
+        """Samples since the last check (:meth:`end_segment`) or epoch end."""
+        return self._n - self._segment.first_n
 
     def end_epoch(self) -> EpochSummary | None:
-        """Close the epoch in progress; ``None`` when it has no sample."""
+        """Close the epoch in progress (and the segment in progress); ``None`` when it has no
+        sample."""
+        summary = self._summary(self._epoch, None, close=True)
+        if summary is None:
+            return None
+        self._epoch.reset(self._n)
+        self._segment.reset(self._n)
+        self._epoch_index += 1
+        self.epochs.append(summary)
+        self._bound_epochs()
+        return summary
+
+    def end_segment(self) -> EpochSummary | None:
+        """Close the segment in progress (the samples since the last check or epoch end) and
+        return its summary (``segment`` set; ``epoch`` the epoch it lies in); ``None`` when it
+        has no sample. Segments are not kept: the caller judges them."""
+        summary = self._summary(self._segment, self._segment_index, close=True)
+        if summary is None:
+            return None
+        self._segment.reset(self._n)
+        self._segment_index += 1
+        return summary
+
+    def epoch_so_far(self) -> EpochSummary | None:
+        """The epoch in progress, summarised without closing it (``None`` before its first
+        sample)."""
+        return self._summary(self._epoch, None, close=False)
+
+    def _summary(self, span: _Span, segment: int | None, close: bool) -> EpochSummary | None:
         self._flush()
-        n0, n1 = self._epoch_first_n, self._n
+        n0, n1 = span.first_n, self._n
         if n1 == n0:
             return None
-        bstep, bcount, bfloor, bpeak, blast = self._builder.finish()
-        self._builder.reset()
-        first_row, first_step, first_t = self._epoch_first or self._first_of_epoch()
-        self._epoch_first = None
+        b = span.builder
+        bstep, bcount, bfloor, bpeak, blast = b.finish() if close else b.snapshot()
+        first_row, first_step, first_t = span.first or self._first_of(n0)
         last_i = (n1 - 1) % self.capacity
-        summary = EpochSummary(
+        return EpochSummary(
             epoch=self._epoch_index,
             start_step=first_step,
             end_step=int(self._steps[last_i]),
@@ -280,18 +347,14 @@ class Timeline:
             bucket_floor=bfloor,
             bucket_peak=bpeak,
             bucket_last=blast,
+            segment=segment,
         )
-        self._epoch_first_n = n1
-        self._epoch_index += 1
-        self.epochs.append(summary)
-        self._bound_epochs()
-        return summary
 
-    def _first_of_epoch(self) -> tuple[FloatArray, int, float]:
-        rows, steps, times = self._rows(self._epoch_first_n, self._epoch_first_n + 1)
+    def _first_of(self, first_n: int) -> tuple[FloatArray, int, float]:
+        rows, steps, times = self._rows(first_n, first_n + 1)
         if len(rows):
             return rows[0].copy(), int(steps[0]), float(times[0])
-        # The epoch's first sample left the ring (epoch longer than capacity): use the oldest kept.
+        # The span's first sample left the ring (a span longer than capacity): the oldest kept.
         rows, steps, times = self._rows(self._n - self.capacity, self._n - self.capacity + 1)
         return rows[0].copy(), int(steps[0]), float(times[0])
 
@@ -331,7 +394,7 @@ class Timeline:
 
     def series(self, key: str, current_epoch_only: bool = False) -> tuple[IntArray, FloatArray]:
         """(steps, values) of ``key`` for every sample still in the ring (copies)."""
-        start = self._epoch_first_n if current_epoch_only else self._n - self.capacity
+        start = self._epoch.first_n if current_epoch_only else self._n - self.capacity
         rows, steps, _ = self._rows(start, self._n)
         return steps.copy(), rows[:, self._col[key]].copy()
 
@@ -347,7 +410,7 @@ class Timeline:
     def current_epoch_buckets(self) -> dict[str, FloatArray]:
         """Buckets of the epoch in progress (without closing it)."""
         self._flush()
-        b = self._builder
+        b = self._epoch.builder
         return {"floor": b.floor[: b.nb].copy(), "peak": b.peak[: b.nb].copy()}
 
     def __len__(self) -> int:
@@ -356,8 +419,9 @@ class Timeline:
     def nbytes(self) -> int:
         """Bytes held by this timeline's arrays (what `memwatch`'s own memory is made of)."""
         total = self._data.nbytes + self._steps.nbytes + self._times.nbytes
-        b = self._builder
-        total += b.floor.nbytes + b.peak.nbytes + b.last.nbytes + b.step.nbytes + b.count.nbytes
+        for b in (self._epoch.builder, self._segment.builder):
+            total += b.floor.nbytes + b.peak.nbytes + b.last.nbytes + b.step.nbytes + \
+                b.count.nbytes
         for e in self.epochs:
             for name in ("floor", "peak", "first", "last", "bucket_step", "bucket_count",
                          "bucket_floor", "bucket_peak", "bucket_last"):
