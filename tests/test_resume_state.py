@@ -172,7 +172,7 @@ def test_state_dict_before_start_returns_the_pending_state(tmp_path: Path) -> No
 
 
 def test_the_lightning_layout_of_earlier_versions_still_loads(tmp_path: Path) -> None:
-    from memwatch.integrations._driver import read_adapter_state
+    from memwatch.integrations._state import read_adapter_state
 
     state, before = _saved(tmp_path, epochs=2)
     train = {k: state[k] for k in ("step_count", "epoch", "epochs")}  # no version, no findings

@@ -26,6 +26,12 @@ from hf_helpers import SEQ, Tokens, tiny_bert  # noqa: E402
 from memwatch import MemWatchWarning  # noqa: E402
 from memwatch.integrations.transformers import MemWatchCallback  # noqa: E402
 
+# The planted leak stands for one in a long run: the run says it is planned for this many
+# steps, where a few hundred KiB per step can kill it (severity by consequence: in the few
+# hundred steps this run really has, the same growth is information).
+LONG_RUN = 10_000_000
+
+
 EPOCHS = 4  # a leak is due by the end of the second epoch after it starts (epoch 0), + 1 margin
 STEPS = 80  # optimizer steps per epoch and rank (batch 8, two shards)
 BATCH = 8
@@ -58,7 +64,7 @@ def main() -> None:
         ddp_find_unused_parameters=False, per_device_train_batch_size=BATCH,
         num_train_epochs=EPOCHS, report_to=[], save_strategy="no", disable_tqdm=True,
         logging_steps=STEPS // 2, dataloader_num_workers=0, seed=0)
-    cb = MemWatchCallback(workers=False, signals=False)
+    cb = MemWatchCallback(workers=False, signals=False, total_steps=LONG_RUN)
     # 2 x 8 x 80 samples: the trainer's DistributedSampler gives each rank 80 batches of 8.
     trainer = RankOneKeepsHiddenStates(tiny_bert(hidden_states=True), args,
                            train_dataset=Tokens(2 * BATCH * STEPS), callbacks=[cb])

@@ -10,10 +10,16 @@ from lightning_helpers import Regressor, column, loader, make_trainer, read_metr
 from memwatch.integrations.lightning import MemWatchCallback, MemWatchWarning
 
 
+# The planted leak stands for one in a long run: the run says it is planned for this many
+# steps, where a few hundred KiB per step can kill it (severity by consequence: in the few
+# hundred steps this run really has, the same growth is information).
+LONG_RUN = 10_000_000
+
+
 def test_planted_leak_reported_by_the_second_epoch_after_it_starts(tmp_path: Path) -> None:
     # Epoch 0 is clean (warm-up); the leak starts in epoch 1; the fit ends with epoch 2, the
     # second leaking epoch: the verdict must be there by then.
-    cb = MemWatchCallback(workers=False)
+    cb = MemWatchCallback(workers=False, total_steps=LONG_RUN)
     model = Regressor(leak_from_epoch=1)
     trainer = make_trainer(tmp_path, [cb], max_epochs=3, log_every_n_steps=8)
     with pytest.warns(MemWatchWarning) as caught:

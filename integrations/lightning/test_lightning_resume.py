@@ -12,10 +12,16 @@ from lightning_helpers import CachingRegressor, loader, make_trainer, malloc_tri
 from memwatch.integrations.lightning import MemWatchCallback, MemWatchWarning
 
 
+# The planted leak stands for one in a long run: the run says it is planned for this many
+# steps, where a few hundred KiB per step can kill it (severity by consequence: in the few
+# hundred steps this run really has, the same growth is information).
+LONG_RUN = 10_000_000
+
+
 def test_resume_keeps_epoch_summaries_and_sees_the_leak(tmp_path: Path) -> None:
     # Run 1: one epoch of a cache that grows 512 KiB a step and is saved with the checkpoint;
     # then the job is "preempted": checkpoint, new trainer, new model object.
-    cb1 = MemWatchCallback(workers=False)
+    cb1 = MemWatchCallback(workers=False, total_steps=LONG_RUN)
     model1 = CachingRegressor(width=64)
     t1 = make_trainer(tmp_path / "run1", [cb1], max_epochs=1, limit_val_batches=0)
     with warnings.catch_warnings(record=True):
@@ -37,7 +43,7 @@ def test_resume_keeps_epoch_summaries_and_sees_the_leak(tmp_path: Path) -> None:
     assert len(states) == 1 and len(states[0]["train"]["epochs"]) == 1
 
     # Run 2: resume; the cache comes back with the checkpoint and keeps growing.
-    cb2 = MemWatchCallback(workers=False)
+    cb2 = MemWatchCallback(workers=False, total_steps=LONG_RUN)
     t2 = make_trainer(tmp_path / "run2", [cb2], max_epochs=2, limit_val_batches=0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", MemWatchWarning)
@@ -67,7 +73,7 @@ def test_resume_without_memwatch_state_is_harmless(tmp_path: Path) -> None:
     model = CachingRegressor(width=16, kib_per_step=1)
     t1.fit(model, loader(4, 8))
     t1.save_checkpoint(tmp_path / "plain.ckpt")
-    cb = MemWatchCallback(workers=False)
+    cb = MemWatchCallback(workers=False, total_steps=LONG_RUN)
     t2 = make_trainer(tmp_path / "b", [cb], max_epochs=2, limit_val_batches=0, logger=False)
     t2.fit(CachingRegressor(width=16, kib_per_step=1), loader(4, 8),
            ckpt_path=str(tmp_path / "plain.ckpt"))

@@ -18,6 +18,12 @@ from memwatch.integrations.lightning import MemWatchCallback, MemWatchWarning
 wandb = pytest.importorskip("wandb")
 
 
+# The planted leak stands for one in a long run: the run says it is planned for this many
+# steps, where a few hundred KiB per step can kill it (severity by consequence: in the few
+# hundred steps this run really has, the same growth is information).
+LONG_RUN = 10_000_000
+
+
 def test_findings_table_and_keys_reach_an_offline_wandb_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -26,7 +32,7 @@ def test_findings_table_and_keys_reach_an_offline_wandb_run(
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_MODE", "offline")
     logger = WandbLogger(project="memwatch-test", save_dir=str(tmp_path), offline=True)
-    cb = MemWatchCallback(workers=False)
+    cb = MemWatchCallback(workers=False, total_steps=LONG_RUN)
     trainer = make_trainer(tmp_path, [cb], max_epochs=4, logger=logger, log_every_n_steps=8,
                            limit_val_batches=0)
     with pytest.warns(MemWatchWarning):

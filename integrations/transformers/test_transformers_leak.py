@@ -12,13 +12,19 @@ from hf_helpers import LeakyTrainer, Tokens, make_args, tiny_bert
 from memwatch import MemWatchWarning
 from memwatch.integrations.transformers import MemWatchCallback
 
+# The planted leak stands for one in a long run: the run says it is planned for this many
+# steps, where a few hundred KiB per step can kill it (severity by consequence: in the few
+# hundred steps this run really has, the same growth is information).
+LONG_RUN = 10_000_000
+
+
 STEPS = 40  # optimizer steps per epoch (batch 8)
 
 
 def test_planted_leak_in_compute_loss_is_reported_with_its_holder(tmp_path: Path) -> None:
     # Epoch 0 is clean (warm-up); the leak runs in epochs 1 and 2; the verdict must be there by
     # the end of epoch 2.
-    cb = MemWatchCallback(workers=False)
+    cb = MemWatchCallback(workers=False, total_steps=LONG_RUN)
     trainer = LeakyTrainer(tiny_bert(hidden_states=True), make_args(tmp_path),
                            train_dataset=Tokens(8 * STEPS), callbacks=[cb], leak_from_epoch=1)
     with pytest.warns(MemWatchWarning) as caught:
@@ -42,7 +48,7 @@ def test_planted_leak_in_compute_loss_is_reported_with_its_holder(tmp_path: Path
 
 
 def test_clean_run_is_quiet(tmp_path: Path) -> None:
-    cb = MemWatchCallback(workers=False)
+    cb = MemWatchCallback(workers=False, total_steps=LONG_RUN)
     args = make_args(tmp_path, eval_strategy="epoch")
     trainer = LeakyTrainer(tiny_bert(hidden_states=True), args, train_dataset=Tokens(8 * STEPS),
                            eval_dataset=Tokens(64), callbacks=[cb], leak_from_epoch=None)

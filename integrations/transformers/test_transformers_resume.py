@@ -18,6 +18,12 @@ from transformers import Trainer
 from memwatch import MemWatchWarning
 from memwatch.integrations.transformers import STATE_FILE, MemWatchCallback
 
+# The planted leak stands for one in a long run: the run says it is planned for this many
+# steps, where a few hundred KiB per step can kill it (severity by consequence: in the few
+# hundred steps this run really has, the same growth is information).
+LONG_RUN = 10_000_000
+
+
 STEPS = 48  # optimizer steps per epoch (batch 8), as in the Lightning resume test
 KIB_PER_STEP = 512
 
@@ -46,7 +52,7 @@ def _trainer(tmp_path: Path, cb: MemWatchCallback, epochs: int,
 
 def _first_run(tmp_path: Path) -> tuple[MemWatchCallback, Path]:
     """One epoch of the leak, checkpointed at its end; then the job is "preempted"."""
-    cb = MemWatchCallback(workers=False)
+    cb = MemWatchCallback(workers=False, total_steps=LONG_RUN)
     t1 = _trainer(tmp_path, cb, epochs=1)
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always", MemWatchWarning)
@@ -61,7 +67,7 @@ def _first_run(tmp_path: Path) -> tuple[MemWatchCallback, Path]:
 
 
 def _resume(tmp_path: Path, ckpt: Path) -> tuple[MemWatchCallback, list[str]]:
-    cb = MemWatchCallback(workers=False)
+    cb = MemWatchCallback(workers=False, total_steps=LONG_RUN)
     cache = torch.load(ckpt / "cache.pt", weights_only=True)
     t2 = _trainer(tmp_path, cb, epochs=2, cache=cache)
     with warnings.catch_warnings(record=True) as caught:

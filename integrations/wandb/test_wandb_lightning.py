@@ -20,12 +20,18 @@ from memwatch.testing.wandb_offline import read_offline_run
 wandb = pytest.importorskip("wandb")
 
 
+# The planted leak stands for one in a long run: the run says it is planned for this many
+# steps, where a few hundred KiB per step can kill it (severity by consequence: in the few
+# hundred steps this run really has, the same growth is information).
+LONG_RUN = 10_000_000
+
+
 @pytest.mark.slow  # a real framework run over several epochs
 def test_planted_leak_reaches_every_panel(tmp_path: Path) -> None:
     from lightning.pytorch.loggers import WandbLogger
 
     logger = WandbLogger(project="memwatch-test", save_dir=str(tmp_path), offline=True)
-    cb = MemWatchCallback(workers=False)
+    cb = MemWatchCallback(workers=False, total_steps=LONG_RUN)
     # Four epochs: a host leak verdict needs census evidence at two epoch ends after the clean
     # first epoch; the fourth gives a loaded machine's noisy RSS a second chance.
     trainer = make_trainer(tmp_path, [cb], max_epochs=4, logger=logger, log_every_n_steps=8,
@@ -108,7 +114,7 @@ def test_user_sinks_see_training_only_and_close_once(tmp_path: Path) -> None:
     from memwatch.sinks import MemorySink
 
     sink = MemorySink()
-    cb = MemWatchCallback(workers=False, sinks=[sink])
+    cb = MemWatchCallback(workers=False, sinks=[sink], total_steps=LONG_RUN)
     trainer = make_trainer(tmp_path, [cb], max_epochs=2, log_every_n_steps=4,
                            limit_val_batches=2)
     trainer.fit(Regressor(width=64), loader(16, 8), loader(2, 8))

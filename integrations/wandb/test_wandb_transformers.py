@@ -16,13 +16,19 @@ from memwatch.testing.wandb_offline import read_offline_run
 
 wandb = pytest.importorskip("wandb")
 
+# The planted leak stands for one in a long run: the run says it is planned for this many
+# steps, where a few hundred KiB per step can kill it (severity by consequence: in the few
+# hundred steps this run really has, the same growth is information).
+LONG_RUN = 10_000_000
+
+
 STEPS = 40  # optimizer steps per epoch (batch 8)
 
 
 @pytest.mark.slow  # a real framework run over several epochs
 def test_planted_leak_with_report_to_wandb(tmp_path: Path) -> None:
     sink = WandbSink(series=False)
-    cb = MemWatchCallback(workers=False, sinks=[sink])
+    cb = MemWatchCallback(workers=False, sinks=[sink], total_steps=LONG_RUN)
     args = make_args(tmp_path, report_to=["wandb"], logging_steps=8, run_name="memwatch-hf")
     trainer = LeakyTrainer(tiny_bert(hidden_states=True), args, train_dataset=Tokens(8 * STEPS),
                            callbacks=[cb], leak_from_epoch=1)

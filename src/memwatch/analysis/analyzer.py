@@ -76,8 +76,11 @@ class Analyzer:
         inside an epoch, the segment since the previous check. What a verdict compares:
 
         * at an epoch end, this epoch against the previous epochs (as always);
-        * inside an epoch once an epoch has ended: the epoch so far (``ctx.partial``) against
-          the closed epochs, so that growth released at every epoch end stays accumulation;
+        * inside an epoch once an epoch has ended, per metric: when the last closed epoch grew
+          inside, the epoch so far (``ctx.partial``) against the closed epochs, so that growth
+          released at every epoch end stays accumulation; when it was flat inside, this
+          epoch's segments after the closed epochs, so that a leak starting mid-run is
+          confirmed at the second check after it starts;
         * inside the first epoch (or in a run without epochs): the segments between checks,
           each against the previous ones: the checks are the boundaries.
         """
@@ -88,12 +91,20 @@ class Analyzer:
             judged = self.history
         else:
             seg_stats = self._add(summary, self.segments, first=not self.history)
-            if self.history and ctx.partial is not None:
-                stats = {m: st for m in seg_stats if (st := self._stats(
-                    ctx.partial, m, first=False)) is not None}
-                judged = {m: [*self.history.get(m, []), st] for m, st in stats.items()}
-            else:
-                stats, judged = seg_stats, self.segments
+            stats, judged = {}, {}
+            for m, seg in seg_stats.items():
+                closed = self.history.get(m, [])
+                if not closed or ctx.partial is None:
+                    stats[m], judged[m] = seg, self.segments[m]
+                elif closed[-1].shape == "growing":
+                    # Closed epochs grew inside (and, unless a leak was reported, let it go):
+                    # only the epoch as a whole tells a leak from that accumulation.
+                    st = self._stats(ctx.partial, m, first=False)
+                    if st is not None:
+                        stats[m], judged[m] = st, [*closed, st]
+                else:
+                    # Closed epochs were flat inside: this epoch's segments, after them.
+                    stats[m], judged[m] = seg, [*closed[-2:], *self.segments[m]]
 
         # Suspected growth (a census is then worth its cost): a trend or a jump, or a floor
         # above the previous unit's. The census at the check *before* a verdict is what lets the

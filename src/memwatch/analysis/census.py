@@ -90,6 +90,13 @@ def _torch() -> Any | None:
     return sys.modules.get("torch")
 
 
+def _type_name(tp: type) -> str | None:
+    mod = getattr(tp, "__module__", None)
+    if isinstance(mod, str) and (mod == "memwatch" or mod.startswith("memwatch.")):
+        return None
+    return tp.__qualname__
+
+
 def take_census(collect: bool = False, count_types: bool = True) -> Census:
     """Walk live objects once. ``collect=True`` runs ``gc.collect()`` first (only garbage that
     cycles keep would otherwise be counted; what survives a collection is really held).
@@ -111,11 +118,18 @@ def take_census(collect: bool = False, count_types: bool = True) -> Census:
     # issubclass once per type, not per object: it allocates a little each call (traced one by
     # one when tracemalloc runs), a dict lookup by type does not.
     is_tensor: dict[type, bool] = {}
+    # memwatch's own objects (samples, findings, censuses kept for the next diff) grow with the
+    # run by design: they are never a culprit, so they are not counted.
+    type_name: dict[type, str | None] = {}
     objs = gc.get_objects()
     for o in objs:
         tp = type(o)
         if count_types:
-            type_counts[tp.__qualname__] += 1
+            name = type_name.get(tp, "")
+            if name == "":
+                name = type_name[tp] = _type_name(tp)
+            if name is not None:
+                type_counts[name] += 1
         if tensor_type is None:
             continue
         # type() and issubclass, not isinstance: isinstance consults ``__class__``, which some

@@ -16,6 +16,8 @@ from memwatch.core.units import fmt_bytes
 __all__ = ["cross_rank_findings"]
 
 
+_GRAVITY = {"info": 0, "warning": 1, "critical": 2}
+
 def cross_rank_findings(summaries: Sequence[dict[str, Any] | None], missing: Sequence[int],
                         timeout_s: float, origin: Origin | None = None) -> list[Finding]:
     """Rank 0's verdicts across ranks: who leaks, who is closest to OOM, who is imbalanced, who
@@ -56,8 +58,10 @@ def cross_rank_findings(summaries: Sequence[dict[str, Any] | None], missing: Seq
         if worst[1]["steps_to_oom"] is not None:
             msg += (f" Rank {worst[0]} runs out first, in about "
                     f"{worst[1]['steps_to_oom']:,.0f} steps.")
-        sev: Severity = "critical" if any(f["severity"] == "critical"
-                                          for f in by_rank.values()) else "warning"
+        # As grave as the gravest rank's own verdict: growth that cannot kill this run on any
+        # rank is information here too.
+        sev: Severity = max((f["severity"] for f in by_rank.values()),
+                            key=lambda v: _GRAVITY.get(v, 1))
         out.append(origin.finding(
             kind="rank_leak", metric=metric, severity=sev, message=msg,
             bytes_per_step=max((v or 0.0) for v in rates.values()),

@@ -30,8 +30,14 @@ from memwatch.core.errors import ConfigError, MemWatchWarning
 from memwatch.core.findings import Finding
 from memwatch.core.metrics import PREFIX
 from memwatch.integrations._framework import check_log_every, device_spec
-from memwatch.runtime.dispatch import SinkSet
-from memwatch.runtime.resume import STATE_VERSION, plain
+from memwatch.integrations._state import (
+    ADAPTER_STATE_VERSION,
+    STATE_FILE,
+    RestoredState,
+    read_adapter_state,
+)
+from memwatch.runtime.dispatch import FindingsTap, SinkSet
+from memwatch.runtime.resume import plain
 from memwatch.runtime.warn import WARN_SEVERITIES, FindingWarner
 from memwatch.session import MemWatch, WatchConfig
 
@@ -40,11 +46,6 @@ __all__ = ["ADAPTER_STATE_VERSION", "GRACEFUL_STOP_WATCHDOG", "STATE_FILE", "Dri
 
 log = logging.getLogger("memwatch")
 
-#: Layout of an adapter's checkpoint state: ``{"version": 1, "rank": r, "findings": [...],
-#: "warned": [[stage, kind, metric], ...], "train": MemWatch.state_dict()}`` (plain data only).
-ADAPTER_STATE_VERSION = 1
-#: The file the adapters write into a framework checkpoint folder (``-rank<N>`` for other ranks).
-STATE_FILE = "memwatch_state.json"
 #: What ``graceful_stop=True`` asks of the watchdog when the user configured none: it decides when
 #: to stop (OOM forecast within its horizon, or critical usage); the adapter turns that decision
 #: into a checkpoint and a clean stop.
@@ -52,46 +53,6 @@ GRACEFUL_STOP_WATCHDOG: dict[str, Any] = {"on_critical": ("alert", "bundle", "st
                                           "on_forecast": ("alert", "stop")}
 _MAX_FINDINGS = 1000
 _MAX_RECOVERED = 100
-
-
-@dataclasses.dataclass
-class RestoredState:
-    """What :func:`read_adapter_state` found in a checkpoint."""
-
-    findings: list[Finding] = dataclasses.field(default_factory=list)
-    warned: set[tuple[str, str, str]] = dataclasses.field(default_factory=set)
-    train: dict[str, Any] | None = None  # for MemWatch.load_state_dict
-    rank: int | None = None
-
-
-def read_adapter_state(state: Any) -> RestoredState | None:
-    """Parse an adapter's checkpoint state; ``None`` (after a warning) when it is unusable."""
-    version = state.get("version") if isinstance(state, dict) else None
-    if version != ADAPTER_STATE_VERSION:
-        log.warning("memwatch: checkpoint state version %r not understood; starting fresh",
-                    version)
-        return None
-    try:
-        out = RestoredState(
-            findings=[Finding.from_dict(d) for d in state.get("findings") or []],
-            warned={(str(a), str(b), str(c)) for a, b, c in state.get("warned") or []},
-            rank=state.get("rank"))
-        train = state.get("train")
-        if isinstance(train, dict):
-            train = dict(train)
-            if "version" not in train:
-                # Written by the Lightning callback of memwatch before MemWatch.state_dict():
-                # the same layout, with the training findings kept at the top level only.
-                train["version"] = STATE_VERSION
-                train.setdefault("findings", [
-                    d for d in state.get("findings") or []
-                    if (d.get("evidence") or {}).get("stage", "train") == "train"])
-            out.train = train
-        return out
-    except Exception as e:  # noqa: BLE001 - a bad state must not stop the resumed run
-        log.warning("memwatch: checkpoint state not usable (%s: %s); starting fresh",
-                    type(e).__name__, e)
-        return None
 
 
 class Driver:
@@ -145,7 +106,7 @@ class Driver:
         # Every check of every session of this adapter (epoch ends, and checks inside epochs,
         # which happen inside mw.step()) reports its findings here.
         self._fresh: list[tuple[str, Finding]] = []
-        self.sinks.add(_FindingsTap(self._fresh))
+        self.sinks.add(FindingsTap(self._fresh))
         self._loggers: list[Any] = []
         self.memwatch: MemWatch | None = None
         self.eval_memwatch: dict[str, MemWatch] = {}
@@ -519,24 +480,3 @@ def _positive_int(v: Any) -> int | None:
     except (TypeError, ValueError):
         return None
     return int(f) if 0 < f < 1e15 else None
-
-
-class _FindingsTap:
-    """The driver's own sink: collects the findings of every check (``on_check``, so evaluation
-    loops' too) for the driver to keep and warn about once the framework's call returns."""
-
-    sink_name = "the adapter's findings"
-
-    def __init__(self, into: list[tuple[str, Finding]]) -> None:
-        self.into = into
-
-    def on_check(self, report: Any) -> None:
-        self.into.extend((report.at, f) for f in report.findings)
-
-    def on_metrics(self, step: int, sample: Any) -> None: ...
-
-    def on_findings(self, epoch: int, findings: Any, summary: Any) -> None: ...
-
-    def on_bundle(self, path: Any, manifest: Any) -> None: ...
-
-    def close(self) -> None: ...

@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from memwatch.core.errors import ConfigError
+from memwatch.core.findings import Finding
 from memwatch.core.protocols import CheckReport
 
 log = logging.getLogger("memwatch")
 
-__all__ = ["SinkSet", "validate_sinks"]
+__all__ = ["FindingsTap", "SinkSet", "validate_sinks"]
 
 _METHODS = ("on_metrics", "on_findings", "on_bundle", "close")
 
@@ -137,3 +138,24 @@ class SinkSet:
             return
         self.closed = True
         self._call("close")
+
+
+class FindingsTap:
+    """A sink that collects ``(at, finding)`` from every check (``on_check``: evaluation loops'
+    too), for an adapter to keep and warn about once the framework's call returns."""
+
+    sink_name = "the adapter's findings"
+
+    def __init__(self, into: list[tuple[str, Finding]]) -> None:
+        self.into = into
+
+    def on_check(self, report: CheckReport) -> None:
+        self.into.extend((report.at, f) for f in report.findings)
+
+    def on_metrics(self, step: int, sample: Any) -> None: ...
+
+    def on_findings(self, epoch: int, findings: Any, summary: Any) -> None: ...
+
+    def on_bundle(self, path: Any, manifest: Any) -> None: ...
+
+    def close(self) -> None: ...
