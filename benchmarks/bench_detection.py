@@ -25,6 +25,12 @@ Usage::
     python benchmarks/bench_detection.py            # full corpus, writes results/detection.json
     python benchmarks/bench_detection.py --quick    # shorter epochs (what CI runs)
     python benchmarks/bench_detection.py --only leak_slow --only ctrl_clean -j 1
+    python benchmarks/bench_detection.py --quick --burners 2   # beside 2 busy-looping processes
+    python benchmarks/bench_detection.py --quick --load-study --repeats 5 --burners 2
+
+``--load-study`` runs the corpus ``--repeats`` times quiet and as many times beside
+``--burners`` busy-looping processes, interleaved, and prints what every run said about every
+scenario (a verdict that changes with load is a bug); it writes ``results/detection_load.json``.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks import _common, scenarios  # noqa: E402
+from benchmarks import _common, _load, scenarios  # noqa: E402
 from benchmarks.scenarios import Scenario  # noqa: E402
 
 MiB = 1 << 20
@@ -61,6 +67,7 @@ RULE_KEYS = ("host.rss", "host.uss", "workers.uss", "device.allocated", "device.
 #: Also kept for the sanity checks and for reading the results by eye.
 EXTRA_KEYS = ("device.peak", "workers.count")
 RESULTS = REPO / "benchmarks" / "results" / "detection.json"
+LOAD_RESULTS = REPO / "benchmarks" / "results" / "detection_load.json"
 CHILD_TIMEOUT_S = 300
 DETECTORS = ("memwatch", "ratio_1.5x", "stormlog")
 
@@ -75,7 +82,8 @@ def _jsonable(x: Any) -> Any:
     return repr(x)
 
 
-def run_child(name: str, epochs: int, steps: int, out_path: str, analyze: bool = True) -> None:
+def run_child(name: str, epochs: int, steps: int, out_path: str, analyze: bool = True,
+              check_every: int | None = None) -> None:
     """Run one scenario under memwatch in this process and write its raw results as JSON."""
     import memwatch
     from memwatch.testing import FakeDevice
@@ -85,8 +93,11 @@ def run_child(name: str, epochs: int, steps: int, out_path: str, analyze: bool =
     device: Any = FakeDevice(total_bytes=sc.device_total) if sc.device_total else "cpu"
     with tempfile.TemporaryDirectory(prefix="memwatch-bench-") as tmp:
         t0 = time.perf_counter()
+        # Checks at epoch ends, plus every ``check_every`` steps inside them when asked; never
+        # by the clock (a verdict must not depend on how fast the machine ran the loop).
         with memwatch.watch(device=device, workers=sc.workers, interval_s=0.05,
-                            out_dir=tmp, analyze=analyze) as mw:
+                            out_dir=tmp, analyze=analyze, check_every_n_steps=check_every,
+                            check_every_s=None) as mw:
             # Time every end_epoch() (the analyzer's cost, census included): an instance
             # attribute shadows the method for this session only.
             end_epoch_s: list[float] = []
@@ -116,12 +127,18 @@ def run_child(name: str, epochs: int, steps: int, out_path: str, analyze: bool =
                             "n_steps": e.n_steps, "seconds": e.t_end - e.t_start}
                            for e in mw.epochs]
             disabled = dict(mw.disabled)
+            all_findings = [f.to_dict() for f in mw.findings]
+            checks = mw.checks
             analyzer = type(mw.analyzer).__name__ if mw.analyzer is not None else None
     result = {
         "name": name,
         "epochs": epochs,
         "steps_per_epoch": steps,
         "findings": [[f.to_dict() for f in fs] for fs in per_epoch],
+        # Every check's findings (epoch ends and checks inside epochs), with epoch/step/check.
+        "all_findings": all_findings,
+        "checks": checks,
+        "check_every": check_every,
         "epoch_meta": epochs_meta,
         "steps": step_axis,
         "series": series,
@@ -143,7 +160,7 @@ def plan(sc: Scenario, quick: bool) -> tuple[int, int]:
 
 
 def run_one(sc: Scenario, quick: bool, timeout_s: float = CHILD_TIMEOUT_S,
-            analyze: bool = True) -> dict[str, Any]:
+            analyze: bool = True, check_every: int | None = None) -> dict[str, Any]:
     """Run one scenario in a fresh interpreter; returns its raw results (or an ``error``)."""
     epochs, steps = plan(sc, quick)
     with tempfile.TemporaryDirectory(prefix="memwatch-bench-") as tmp:
@@ -152,6 +169,8 @@ def run_one(sc: Scenario, quick: bool, timeout_s: float = CHILD_TIMEOUT_S,
                "--epochs", str(epochs), "--steps", str(steps), "--child-out", out]
         if not analyze:
             cmd.append("--no-analyze")
+        if check_every:
+            cmd += ["--check-every", str(check_every)]
         # One intra-op thread per child: two children share the 2 cores of a CI runner.
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         t0 = time.perf_counter()
@@ -173,7 +192,8 @@ def run_one(sc: Scenario, quick: bool, timeout_s: float = CHILD_TIMEOUT_S,
 
 
 def run_corpus(names: Iterable[str] | None = None, quick: bool = False, jobs: int = 2,
-               progress: bool = False, analyze: bool = True) -> dict[str, dict[str, Any]]:
+               progress: bool = False, analyze: bool = True,
+               check_every: int | None = None) -> dict[str, dict[str, Any]]:
     """Run the scenarios (all by default), ``jobs`` at a time; raw results by name.
 
     ``analyze=False`` records the raw series only (``memwatch.watch(analyze=False)``): no
@@ -185,7 +205,8 @@ def run_corpus(names: Iterable[str] | None = None, quick: bool = False, jobs: in
     todo.sort(key=lambda s: (s.device_total is not None, not s.workers))
     out: dict[str, dict[str, Any]] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futs = {pool.submit(run_one, sc, quick, CHILD_TIMEOUT_S, analyze): sc for sc in todo}
+        futs = {pool.submit(run_one, sc, quick, CHILD_TIMEOUT_S, analyze, check_every): sc
+                for sc in todo}
         for fut in concurrent.futures.as_completed(futs):
             res = fut.result()
             out[res["name"]] = res
@@ -235,7 +256,25 @@ def naive_verdicts(raw: dict[str, Any], rule_name: str) -> list[list[str]]:
 
 # --------------------------------------------------------------------------- scoring
 def leak_findings(raw: dict[str, Any]) -> list[list[dict[str, Any]]]:
-    return [[f for f in fs if f.get("kind") in LEAK_KINDS] for fs in raw.get("findings", [])]
+    """Per epoch, the leak verdicts of every check in it (its end and the checks inside it)."""
+    per_epoch = raw.get("findings", [])
+    if "all_findings" not in raw:
+        return [[f for f in fs if f.get("kind") in LEAK_KINDS] for fs in per_epoch]
+    out: list[list[dict[str, Any]]] = [[] for _ in per_epoch]
+    for f in raw["all_findings"]:
+        e = f.get("epoch")
+        if f.get("kind") in LEAK_KINDS and e is not None and 0 <= e < len(out) \
+                and (f.get("stage") or "train") == "train":
+            out[e].append(f)
+    return out
+
+
+def first_check(raw: dict[str, Any], prefix: str) -> dict[str, Any] | None:
+    """The check (index, step, epoch) of the first leak verdict on ``prefix``, if any."""
+    for f in raw.get("all_findings", []):
+        if f.get("kind") in LEAK_KINDS and f["metric"].startswith(prefix):
+            return {"check": f.get("check"), "step": f.get("step"), "epoch": f.get("epoch")}
+    return None
 
 
 def score_scenario(sc: Scenario, raw: dict[str, Any]) -> dict[str, Any]:
@@ -290,6 +329,7 @@ def score_scenario(sc: Scenario, raw: dict[str, Any]) -> dict[str, Any]:
         found = [f for fs in leak_findings(raw) for f in fs if f["metric"].startswith(prefix)]
         culprits = [f.get("culprit") for f in found if f.get("culprit")]
         row["memwatch"]["culprits"] = sorted(set(culprits))[:5]
+        row["memwatch"]["first_check"] = first_check(raw, prefix)
         if sc.expected_culprit is not None:
             want = sc.expected_culprit.lower()
             row["memwatch"]["culprit_ok"] = any(want in c.lower() for c in culprits)
@@ -380,8 +420,8 @@ def _cell(r: dict[str, Any], det: str) -> str:
 
 
 def print_table(rows: list[dict[str, Any]], summary: dict[str, Any], total_s: float) -> None:
-    head = f"{'scenario':<28} {'truth':<9} {'memwatch':<9} {'culprit':<8} {'fc err':<7} " \
-           f"{'ratio':<9} {'stormlog':<9} {'wall':>6}"
+    head = f"{'scenario':<28} {'truth':<9} {'memwatch':<9} {'check':<11} {'culprit':<8} " \
+           f"{'fc err':<7} {'ratio':<9} {'stormlog':<9} {'wall':>6}"
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -393,9 +433,14 @@ def print_table(rows: list[dict[str, Any]], summary: dict[str, Any], total_s: fl
         cul = "-" if "culprit_ok" not in mw else ("yes" if mw["culprit_ok"] else "no")
         fc = mw.get("forecast", {})
         fce = "-" if not fc else ("n/a" if fc.get("error") is None else _pct(fc["error"]))
-        print(f"{r['name']:<28} {truth:<9} {_cell(r, 'memwatch'):<9} {cul:<8} {fce:<7} "
-              f"{_cell(r, 'ratio_1.5x'):<9} {_cell(r, 'stormlog'):<9} {r['wall_s']:6.1f}")
-    print("eN: first leak verdict at the end of epoch N (0-based); late: after the deadline "
+        fcheck = mw.get("first_check")
+        chk = "-" if not fcheck else f"c{fcheck['check']}@{fcheck['step']}"
+        print(f"{r['name']:<28} {truth:<9} {_cell(r, 'memwatch'):<9} {chk:<11} {cul:<8} "
+              f"{fce:<7} {_cell(r, 'ratio_1.5x'):<9} {_cell(r, 'stormlog'):<9} "
+              f"{r['wall_s']:6.1f}")
+    print("check: the first leak verdict's check (0-based, in its session) and step; "
+          "eN: first leak verdict in epoch N (0-based; at its end, or at a check inside it); "
+          "late: after the deadline "
           f"(start + {DEADLINE_EPOCHS}); !: also a verdict before the leak started; "
           "FALSE: leak verdict on a control")
     print()
@@ -454,6 +499,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="list the scenarios and exit")
     ap.add_argument("--no-analyze", action="store_true",
                     help="record the raw series only (memwatch.watch(analyze=False))")
+    ap.add_argument("--check-every", type=int, default=None, metavar="N",
+                    help="also check every N steps inside epochs (default: epoch ends only)")
+    ap.add_argument("--burners", type=int, default=0, metavar="N",
+                    help="run N busy-looping processes beside the corpus (default 0)")
+    ap.add_argument("--load-study", action="store_true",
+                    help="--repeats runs quiet and as many beside --burners (default 2), "
+                         "interleaved; compare what each said")
+    ap.add_argument("--repeats", type=int, default=5, metavar="R",
+                    help="runs per condition in --load-study (default 5)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--epochs", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, help=argparse.SUPPRESS)
@@ -462,7 +516,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.child:
         run_child(args.child, args.epochs, args.steps, args.child_out,
-                  analyze=not args.no_analyze)
+                  analyze=not args.no_analyze, check_every=args.check_every)
         return 0
     if args.list:
         for sc in scenarios.all_scenarios():
@@ -473,17 +527,58 @@ def main(argv: Sequence[str] | None = None) -> int:
         if n not in scenarios.NAMES:
             ap.error(f"unknown scenario {n!r}; see --list")
 
+    if args.burners < 0 or args.repeats < 1:
+        ap.error("--burners must be >= 0 and --repeats >= 1")
+    if args.load_study:
+        return load_study(args)
+
     t0 = time.perf_counter()
-    raw = run_corpus(args.only, quick=args.quick, jobs=args.jobs, progress=True,
-                     analyze=not args.no_analyze)
+    with _load.burners(args.burners):
+        raw = run_corpus(args.only, quick=args.quick, jobs=args.jobs, progress=True,
+                         analyze=not args.no_analyze, check_every=args.check_every)
     total = time.perf_counter() - t0
     rows, summary = score(raw)
     print_table(rows, summary, total)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"meta": _meta(args.quick, args.jobs, total), "summary": summary,
+    tmp.write_text(json.dumps({"meta": {**_meta(args.quick, args.jobs, total),
+                                        "burners": args.burners,
+                                        "check_every": args.check_every}, "summary": summary,
                                "rows": rows}, indent=1, default=_jsonable))
+    os.replace(tmp, out)
+    print(f"results written to {out}")
+    return 0
+
+
+def load_study(args: argparse.Namespace) -> int:
+    """The corpus ``args.repeats`` times quiet and as many beside the burners, interleaved."""
+    n_burners = args.burners or 2
+    runs: list[dict[str, Any]] = []
+    t_all = time.perf_counter()
+    for i in range(args.repeats):
+        for condition, n in (("quiet", 0), ("burners", n_burners)):
+            print(f"run {i + 1}/{args.repeats}, {condition}", file=sys.stderr, flush=True)
+            t0 = time.perf_counter()
+            with _load.burners(n):
+                raw = run_corpus(args.only, quick=args.quick, jobs=args.jobs,
+                                 check_every=args.check_every)
+                load = _common.load_avg_1min()
+            rows, summary = score(raw)
+            runs.append({"condition": condition, "burners": n, "rows": rows,
+                         "summary": summary, "wall_s": time.perf_counter() - t0,
+                         "load_avg_1min": load})
+    total = time.perf_counter() - t_all
+    cmp = _load.compare(runs)
+    _load.print_comparison(cmp, n_burners)
+    print(f"total wall time: {total:.1f} s")
+    out = Path(args.out) if args.out != str(RESULTS) else LOAD_RESULTS
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"meta": {**_meta(args.quick, args.jobs, total),
+                                        "burners": n_burners, "repeats": args.repeats,
+                                        "check_every": args.check_every},
+                               "comparison": cmp, "runs": runs}, indent=1, default=_jsonable))
     os.replace(tmp, out)
     print(f"results written to {out}")
     return 0

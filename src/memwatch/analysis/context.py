@@ -68,7 +68,8 @@ class CheckContext:
         at: ``"epoch_end"`` (the summary is a closed epoch) or ``"interval"`` (a check inside the
             epoch: the summary is the segment since the previous check).
         partial: at an interval check once an epoch has ended: the epoch so far (judged
-            against the closed epochs, so that growth released at epoch ends stays apart).
+            against the closed epochs when the last of them grew inside, so that growth
+            released at epoch ends stays accumulation).
         horizon_s: when ``total_steps`` is unknown, growth reaching a limit within this much
             wall time can kill the run (a warning); slower growth is information.
         defer_leaks: an interval check in the first epoch of a run planned to have more: leave

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from typing import Any
@@ -286,18 +287,21 @@ def _short(path: str) -> str:
 
 
 def worker_leak(origin: Origin, metric: str, stats: list[EpochStats], slope: float,
-                workers: int, steps_to_oom: float | None, severity: Severity) -> Finding:
+                workers: int, steps_to_oom: float | None, severity: Severity, *,
+                limit: float | None = None, remaining: float = math.inf,
+                run_known: bool = False) -> Finding:
     cur = stats[-1]
+    seconds = None if steps_to_oom is None else steps_to_oom * cur.seconds_per_step
     msg = (
         f"{_where(metric)} grows by {fmt_bytes(slope)} per step {_span(stats)} "
         f"({workers} workers, floor {fmt_bytes(stats[0].floor)} → {fmt_bytes(cur.floor)}), and "
         "resident memory grows with it: each worker accumulates its own state (a per-worker "
         "cache in the Dataset, growing lists in __getitem__), which copy-on-write does not "
         "explain."
-    )
+    ) + forecast_words(limit, steps_to_oom, seconds, severity, remaining, run_known)
     return origin.finding(
         kind="leak", metric=metric, severity=severity, message=msg, bytes_per_step=slope,
-        steps_to_oom=steps_to_oom,
+        steps_to_oom=steps_to_oom, seconds_to_oom=seconds,
         culprit=f"DataLoader worker processes ({workers}): per-worker growth in the Dataset",
         suggestions=[
             "Bound any cache your Dataset fills in `__getitem__` (it exists once per worker), "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from memwatch.analysis import explain
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
-from memwatch.analysis.forecast import consequence
+from memwatch.analysis.forecast import consequence, remaining_steps
 from memwatch.analysis.leak import Once, verdict
 from memwatch.analysis.shapes import EpochStats, last_value
 from memwatch.core.findings import Finding
@@ -42,7 +42,9 @@ def judge(metric: str, summary: EpochSummary, history: dict[str, list[EpochStats
             (hist[-1].floor - hist[-2].floor) / max(cur.n_steps, 1)
         steps_to_oom = (limit - cur.peak) / slope if limit and slope > 0 else None
         return [explain.worker_leak(ctx.origin, metric, hist, slope, int(count), steps_to_oom,
-                                    consequence(steps_to_oom, cur, ctx, cfg))]
+                                    consequence(steps_to_oom, cur, ctx, cfg), limit=limit,
+                                    remaining=remaining_steps(cur, ctx),
+                                    run_known=bool(ctx.total_steps))]
     if v == "accumulation":
         prev = hist[-2] if len(hist) > 1 else None
         return once(metric, "accumulation",
