@@ -325,6 +325,15 @@ def score_scenario(sc: Scenario, raw: dict[str, Any]) -> dict[str, Any]:
             d["false_alarm"] = bool(any_epochs)
         row[det] = d
 
+    if not sc.is_leak and row["memwatch"]["false_alarm"]:
+        # What a false verdict stood on, kept so that one seen once (a loaded CI machine) can
+        # be studied afterwards: the findings' words and evidence, and the raw series.
+        row["false_alarm_evidence"] = {
+            "findings": [f for fs in leak_findings(raw) for f in fs],
+            "series": {k: raw["series"][k] for k in row["memwatch"]["metrics"]
+                       if k in raw["series"]},
+            "steps": raw["steps"], "epoch_meta": raw["epoch_meta"]}
+
     if sc.is_leak:
         found = [f for fs in leak_findings(raw) for f in fs if f["metric"].startswith(prefix)]
         culprits = [f.get("culprit") for f in found if f.get("culprit")]
