@@ -75,12 +75,26 @@ def big_heap(n_objects: int) -> list[dict[str, Any]]:
 
                 # 1 MiB a step while growing: growth is suspected, the census runs.
                 work = (lambda i: grow.append(b"x" * (1 << 20))) if growing else None
-                times, checked = _timed_steps(mw, 16 * 4, work)
+                censuses = 0
+                last = None
+
+                def counted(i: int, work: Any = work, mw: Any = mw) -> None:
+                    nonlocal censuses, last
+                    if work is not None:
+                        work(i)
+                    now = mw.analyzer.last_census_ms if mw.analyzer is not None else None
+                    if now is not None and now != last:  # a new census ran at the last check
+                        censuses += 1
+                        last = now
+
+                times, checked = _timed_steps(mw, 16 * 4 + 1, counted)
+                times, checked = times[:-1], [i for i in checked if i < 16 * 4]
                 step_med = statistics.median(t for i, t in enumerate(times) if i not in checked)
                 costs = [(times[i] - step_med) * 1000.0 for i in checked]
                 census_ms = mw.analyzer.last_census_ms if mw.analyzer is not None else None
                 objects = len(gc.get_objects())
             rows.append({"setting": label, "objects": objects, "checks": len(costs),
+                         "censuses": censuses,
                          "check_ms_median": statistics.median(costs),
                          "check_ms_max": max(costs), "last_census_ms": census_ms})
     finally:
@@ -160,11 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     heap = big_heap(n_objects)
     print(f"One check with {n_objects:,} live Python objects (memwatch.watch(device='cpu'))")
     print(f"{'setting':<30} {'objects':>10} {'check ms (median)':>18} {'max':>8} "
-          f"{'census ms':>10}")
+          f"{'census ms':>10} {'censuses':>9}")
     for r in heap:
         cen = "-" if r["last_census_ms"] is None else f"{r['last_census_ms']:.0f}"
         print(f"{r['setting']:<30} {r['objects']:>10,} {r['check_ms_median']:>18.1f} "
-              f"{r['check_ms_max']:>8.1f} {cen:>10}")
+              f"{r['check_ms_max']:>8.1f} {cen:>10} {r['censuses']:>4}/{r['checks']:<4}")
 
     run = long_run(steps)
     print()

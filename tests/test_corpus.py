@@ -72,6 +72,11 @@ def rows() -> dict[str, dict[str, Any]]:
     return {r["name"]: r for r in scored}
 
 
+def _false_findings(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The leak findings of a false verdict on a control (kept by ``score_scenario``)."""
+    return list(row.get("false_alarm_evidence", {}).get("findings", []))
+
+
 def _raw(corpus: dict[str, dict[str, Any]], name: str) -> dict[str, Any]:
     raw = corpus[name]
     assert "error" not in raw, f"{name} failed to run: {raw['error']}"
@@ -285,7 +290,8 @@ def test_no_leak_verdict_on_control(rows: dict[str, dict[str, Any]],
     assert "error" not in r, r.get("error")
     assert not r["memwatch"]["false_alarm"], (
         f"false leak verdict at epochs {r['memwatch']['verdict_epochs']} on "
-        f"{r['memwatch']['metrics']}; findings seen: {r['kinds_seen']}")
+        f"{r['memwatch']['metrics']}; findings seen: {r['kinds_seen']}; what the verdict "
+        f"stood on: {[(f.get('message'), f.get('evidence')) for f in _false_findings(r)]}")
 
 
 @pytest.mark.parametrize("sc", [s for s in LEAKS if s.expected_culprit],

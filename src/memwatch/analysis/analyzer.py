@@ -150,12 +150,17 @@ class Analyzer:
     # ------------------------------------------------------------------ census scheduling
     def _maybe_census(self, summary: EpochSummary, ctx: CheckContext,
                       suspected: bool) -> tuple[CensusRecord, CensusRecord] | None:
-        """A census now? ``always``; ``auto``: when growth is suspected, or when the heap is small
-        enough to be cheap (by its object count at the last census: never by the wall time,
-        so that a busy machine takes the same censuses as a quiet one)."""
+        """A census now? ``always``; ``auto``: when growth is suspected, or at an epoch end when
+        the heap is small enough to be cheap (by its object count at the last census: never by
+        the wall time, so that a busy machine takes the same censuses as a quiet one). Inside
+        an epoch, ``auto`` takes one only when growth is suspected: the census is nearly all of
+        a check's cost, and a flat segment needs none (the census at the check where growth
+        is first suspected is the baseline the next check's verdict compares with)."""
         if ctx.census in ("never", "skip"):
             return None
         if ctx.census == "auto" and not (suspected and self.config.census_when_suspected):
+            if ctx.at != "epoch_end":
+                return None
             objects = self._last_objects
             if objects is None:
                 objects = len(gc.get_objects())
