@@ -9,7 +9,6 @@ from lightning_helpers import Regressor, column, loader, make_trainer, read_metr
 
 from memwatch.integrations.lightning import MemWatchCallback, MemWatchWarning
 
-
 # The planted leak stands for one in a long run: the run says it is planned for this many
 # steps, where a few hundred KiB per step can kill it (severity by consequence: in the few
 # hundred steps this run really has, the same growth is information).

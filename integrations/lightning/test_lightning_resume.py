@@ -11,7 +11,6 @@ from lightning_helpers import CachingRegressor, loader, make_trainer, malloc_tri
 
 from memwatch.integrations.lightning import MemWatchCallback, MemWatchWarning
 
-
 # The planted leak stands for one in a long run: the run says it is planned for this many
 # steps, where a few hundred KiB per step can kill it (severity by consequence: in the few
 # hundred steps this run really has, the same growth is information).
