@@ -1,0 +1,515 @@
+"""The memory cgroup this process is in: what the kernel's OOM killer counts, in the background.
+
+When a cgroup's memory limit is hit and reclaim cannot free enough, the kernel kills a process
+of that cgroup with SIGKILL: no exception, no traceback, often a DataLoader worker rather than
+the training process. The figures that decide it are the cgroup's, not one process's RSS: every
+process of the cgroup (the training process, its workers, page cache they caused) is charged to
+it. This probe reads those figures on the background thread (never per step) from kept-open
+descriptors (one ``pread`` per file), and the OOM-kill counter that says afterwards that a death
+was the kernel's.
+
+Keys (bytes unless said; v2 source / v1 source):
+
+- ``cgroup.usage``: ``memory.current`` / ``memory.usage_in_bytes``. What the kernel charges to
+  the cgroup (its subtree) and compares with the limit.
+- ``cgroup.working_set``: usage less ``memory.stat`` ``inactive_file`` / ``total_inactive_file``:
+  usage without the page cache reclaimed first (the kubelet's and cAdvisor's working set).
+- ``cgroup.file``: ``memory.stat`` ``file`` / ``total_cache``. Page cache and shmem/tmpfs:
+  mostly reclaimable (shmem is not, without swap).
+- ``cgroup.anon``: ``memory.stat`` ``anon`` / ``total_rss``. Anonymous memory (heaps, tensors on
+  the host): reclaimable only to swap.
+- ``cgroup.limit``: the smallest ``memory.max`` / ``memory.limit_in_bytes`` of the cgroup and its
+  visible ancestors (v1 also ``hierarchical_memory_limit``): the limit the OOM killer enforces.
+  Absent when there is none.
+- ``cgroup.oom_kills`` (count, cumulative): ``memory.events`` ``oom_kill`` (the subtree) /
+  ``memory.oom_control`` ``oom_kill`` (this cgroup only on kernels >= 5.7, the subtree on
+  5.2-5.6, absent before 4.13). Processes the kernel OOM-killed.
+- ``cgroup.oom_kills_local`` (count, cumulative, v2 only): ``memory.events.local`` ``oom_kill``.
+- ``system.available``: ``/proc/meminfo`` ``MemAvailable``: what the whole machine can still
+  give without swapping.
+
+When there is no memory cgroup to read (not Linux, the root cgroup with no limit, the memory
+controller not enabled, files unreadable), :attr:`CgroupProbe.available` is False and
+:attr:`CgroupProbe.reason` says why; ``system.available`` is still read when ``/proc/meminfo``
+is. Reads never raise: a cgroup that disappears turns the probe unavailable.
+
+Example::
+
+    >>> from memwatch.probes.cgroup import CgroupProbe
+    >>> p = CgroupProbe()
+    >>> p.available or bool(p.reason)
+    True
+    >>> set(p.read_slow()) <= set(p.slow_keys)
+    True
+    >>> p.close()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Sequence
+
+#: cgroup v1 reports "no limit" as PAGE_COUNTER_MAX pages (0x7FFFFFFFFFFFF000 with 4 KiB pages);
+#: anything this large is no limit.
+_NO_LIMIT = 1 << 60
+_BUF = 16384
+
+BYTE_KEYS: tuple[str, ...] = ("cgroup.usage", "cgroup.working_set", "cgroup.file", "cgroup.anon")
+
+
+@dataclasses.dataclass(frozen=True)
+class CgroupLocation:
+    """Where a process's memory cgroup lives.
+
+    ``path`` is the cgroup's directory; ``mount`` the mount point of its hierarchy (the parent
+    walk for the effective limit stops there: what lies above a container's mount is not
+    visible); ``cgroup`` the path as ``/proc/<pid>/cgroup`` names it.
+    """
+
+    version: int
+    path: str
+    mount: str
+    cgroup: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Unavailable:
+    """No memory cgroup can be read, and why."""
+
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class _Mount:
+    root: str
+    mountpoint: str
+    fstype: str
+    superopts: tuple[str, ...]
+
+
+def _unescape(field: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as \ooo (octal).
+    if "\\" not in field:
+        return field
+    out, i = [], 0
+    while i < len(field):
+        code = field[i + 1 : i + 4]
+        if field[i] == "\\" and len(code) == 3 and all(c in "01234567" for c in code):
+            out.append(chr(int(code, 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def parse_mountinfo(text: str) -> list[_Mount]:
+    """The cgroup and cgroup2 mounts in ``/proc/<pid>/mountinfo`` text."""
+    mounts = []
+    for line in text.splitlines():
+        fields = line.split()
+        try:
+            sep = fields.index("-")
+        except ValueError:
+            continue
+        if sep < 5 or len(fields) < sep + 4:
+            continue
+        fstype = fields[sep + 1]
+        if fstype not in ("cgroup", "cgroup2"):
+            continue
+        mounts.append(
+            _Mount(
+                root=_unescape(fields[3]),
+                mountpoint=_unescape(fields[4]),
+                fstype=fstype,
+                superopts=tuple(fields[sep + 3].split(",")),
+            )
+        )
+    return mounts
+
+
+def parse_proc_cgroup(text: str) -> tuple[str | None, str | None]:
+    """``(v1 memory path, v2 unified path)`` from ``/proc/<pid>/cgroup`` text; None if absent."""
+    v1 = v2 = None
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hid, controllers, path = parts
+        if hid == "0" and controllers == "":
+            v2 = path
+        elif "memory" in controllers.split(","):
+            v1 = path
+    return v1, v2
+
+
+def _join(mount: _Mount, path: str) -> str | None:
+    """The directory of cgroup ``path`` under ``mount``, or None if outside what it shows."""
+    root = mount.root.rstrip("/")
+    if path != root and not path.startswith(root + "/"):
+        return None
+    rel = path[len(root) :].strip("/")
+    return os.path.join(mount.mountpoint, rel) if rel else mount.mountpoint
+
+
+def locate(
+    pid: int | str = "self",
+    *,
+    proc: str = "/proc",
+    sys_cgroup: str = "/sys/fs/cgroup",
+) -> CgroupLocation | Unavailable:
+    """Find the memory cgroup of ``pid``: v1 when the memory controller is bound to a v1
+    hierarchy (also in hybrid setups, where a ``0::`` line names the controller-less unified
+    tree), else v2. ``proc`` and ``sys_cgroup`` let tests point at a fake tree.
+    """
+    try:
+        with open(f"{proc}/{pid}/cgroup") as f:
+            v1_path, v2_path = parse_proc_cgroup(f.read())
+    except OSError as e:
+        return Unavailable(
+            f"cannot read {proc}/{pid}/cgroup ({e.strerror}): not Linux, or no /proc"
+        )
+    try:
+        with open(f"{proc}/{pid}/mountinfo") as f:
+            mounts = parse_mountinfo(f.read())
+    except OSError:
+        mounts = []
+    if not mounts:  # no mountinfo: the conventional places
+        mounts = [
+            _Mount("/", f"{sys_cgroup}/memory", "cgroup", ("rw", "memory")),
+            _Mount("/", f"{sys_cgroup}/unified", "cgroup2", ("rw",)),
+            _Mount("/", sys_cgroup, "cgroup2", ("rw",)),
+        ]
+    if v1_path is not None:
+        for m in mounts:
+            if m.fstype == "cgroup" and "memory" in m.superopts:
+                d = _join(m, v1_path)
+                if d is not None and os.path.exists(os.path.join(d, "memory.usage_in_bytes")):
+                    return CgroupLocation(1, d, m.mountpoint, v1_path)
+    if v2_path is not None:
+        reasons = []
+        for m in mounts:
+            if m.fstype != "cgroup2":
+                continue
+            d = _join(m, v2_path)
+            if d is None:
+                reasons.append(
+                    f"cgroup {v2_path} is outside the mounted part of the v2 hierarchy "
+                    f"(root {m.root} at {m.mountpoint})"
+                )
+            elif os.path.exists(os.path.join(d, "memory.current")):
+                return CgroupLocation(2, d, m.mountpoint, v2_path)
+            elif not _has_memory(m.mountpoint):
+                # A hybrid setup's controller-less unified tree, or a fallback guess.
+                reasons.append(f"the cgroup2 tree at {m.mountpoint} has no memory controller")
+            elif d == m.mountpoint and m.root == "/":
+                return Unavailable(
+                    f"{d} is the root cgroup (v2): it has no memory.current or memory.max, "
+                    "no cgroup limit applies"
+                )
+            else:
+                return Unavailable(
+                    f"the memory controller is not enabled for {d} (cgroup v2: no "
+                    "memory.current; its parent's cgroup.subtree_control lacks 'memory')"
+                )
+        if reasons:
+            return Unavailable("; ".join(dict.fromkeys(reasons)))
+    if v1_path is None and v2_path is None:
+        return Unavailable(f"{proc}/{pid}/cgroup names no memory cgroup")
+    return Unavailable("no mounted cgroup hierarchy with the memory controller was found")
+
+
+def _has_memory(mountpoint: str) -> bool:
+    try:
+        with open(os.path.join(mountpoint, "cgroup.controllers")) as f:
+            return "memory" in f.read().split()
+    except OSError:
+        return False
+
+
+def _parse_int(raw: bytes) -> int | None:
+    raw = raw.strip()
+    if raw in (b"", b"max"):
+        return None
+    v = int(raw)
+    return v if 0 < v < _NO_LIMIT else None
+
+
+def _field(raw: bytes, key: bytes) -> int | None:
+    """The value of ``key value`` line ``key`` in ``raw`` (memory.stat, memory.events), or None.
+
+    A find per key instead of splitting every line: memory.stat has 40-70 lines and only a few
+    are wanted.
+    """
+    if raw.startswith(key + b" "):
+        i = len(key) + 1
+    else:
+        i = raw.find(b"\n" + key + b" ")
+        if i < 0:
+            return None
+        i += len(key) + 2
+    j = raw.find(b"\n", i)
+    return int(raw[i:] if j < 0 else raw[i:j])
+
+
+class _File:
+    """A kept-open file read whole with ``pread`` at offset 0 (kernfs and procfs regenerate)."""
+
+    __slots__ = ("fd", "path")
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def read(self) -> bytes:
+        data = os.pread(self.fd, _BUF, 0)
+        if len(data) < _BUF:
+            return data
+        chunks = [data]
+        while len(data) == _BUF:
+            data = os.pread(self.fd, _BUF, sum(map(len, chunks)))
+            chunks.append(data)
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """File names and ``memory.stat`` keys of one cgroup version."""
+
+    usage: str
+    limit: str
+    events: str  # holds the ``oom_kill`` line
+    inactive_file: bytes
+    file: bytes
+    anon: bytes
+
+
+# v2 memory.stat is recursive; v1 keeps local figures unprefixed and the subtree's as total_*.
+_LAYOUT = {
+    2: _Layout("memory.current", "memory.max", "memory.events", b"inactive_file", b"file", b"anon"),
+    1: _Layout(
+        "memory.usage_in_bytes",
+        "memory.limit_in_bytes",
+        "memory.oom_control",
+        b"total_inactive_file",
+        b"total_cache",
+        b"total_rss",
+    ),
+}
+
+
+class CgroupProbe:
+    """Memory of this process's cgroup (v1 or v2) and the machine's available memory.
+
+    ``location`` defaults to :func:`locate` for this process; pass a :class:`CgroupLocation` to
+    watch another cgroup (tests, a parent job's cgroup) or an :class:`Unavailable`. ``meminfo``
+    is the file ``system.available`` comes from.
+    """
+
+    name = "cgroup"
+    fast_keys: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        location: CgroupLocation | Unavailable | None = None,
+        *,
+        meminfo: str = "/proc/meminfo",
+    ) -> None:
+        self.location: CgroupLocation | None = None
+        self.reason: str | None = None
+        self._files: dict[str, _File] = {}
+        self._limit_files: list[_File] = []
+        self._limit: int | None = None
+        self._meminfo: _File | None = None
+        try:
+            self._meminfo = _File(meminfo)
+        except OSError:
+            self._meminfo = None
+        loc = locate() if location is None else location
+        if isinstance(loc, Unavailable):
+            self.reason = loc.reason
+        else:
+            self._open(loc)
+        self.slow_keys: tuple[str, ...] = self._keys()
+
+    # -- setup ------------------------------------------------------------------------------
+
+    def _open(self, loc: CgroupLocation) -> None:
+        names = _LAYOUT[loc.version]
+        try:
+            self._files["usage"] = _File(os.path.join(loc.path, names.usage))
+            self._files["events"] = _File(os.path.join(loc.path, names.events))
+            self._files["stat"] = _File(os.path.join(loc.path, "memory.stat"))
+            if loc.version == 2:
+                try:
+                    self._files["events_local"] = _File(
+                        os.path.join(loc.path, "memory.events.local")
+                    )
+                except OSError:
+                    pass  # kernels before 5.2
+            # The effective limit is the smallest on the way up: a child's own limit may be
+            # "max" while its parent's is what the OOM killer enforces.
+            d = loc.path
+            while True:
+                try:
+                    self._limit_files.append(_File(os.path.join(d, names.limit)))
+                except OSError:
+                    pass  # the v2 root has no memory.max
+                if os.path.normpath(d) == os.path.normpath(loc.mount) or d in ("/", ""):
+                    break
+                d = os.path.dirname(d.rstrip("/"))
+        except OSError as e:
+            self._close_cgroup()
+            self.reason = f"cannot open {e.filename}: {e.strerror}"
+            return
+        self.location = loc
+        try:
+            self._limit = self._read_limit(self._files["stat"].read())
+        except (OSError, ValueError) as e:
+            self._close_cgroup()
+            self.location = None
+            self.reason = f"cannot read the limits of {loc.path}: {e}"
+            return
+        if loc.version == 1 and self._limit is None and loc.cgroup == "/" and loc.path == loc.mount:
+            self._close_cgroup()
+            self.location = None
+            self.reason = f"{loc.path} is the root memory cgroup (v1) and no limit applies"
+
+    def _keys(self) -> tuple[str, ...]:
+        keys: list[str] = []
+        if self.location is not None:
+            keys += [*BYTE_KEYS, "cgroup.limit", "cgroup.oom_kills"]
+            if "events_local" in self._files:
+                keys.append("cgroup.oom_kills_local")
+        if self._meminfo is not None:
+            keys.append("system.available")
+        return tuple(keys)
+
+    @property
+    def available(self) -> bool:
+        """True while a memory cgroup is being read."""
+        return self.location is not None
+
+    @property
+    def version(self) -> int | None:
+        return self.location.version if self.location is not None else None
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def _read_limit(self, stat: bytes | None) -> int | None:
+        limits = []
+        for f in self._limit_files:
+            v = _parse_int(f.read())
+            if v is not None:
+                limits.append(v)
+        if stat is not None and self.location is not None and self.location.version == 1:
+            # v1 computes the effective limit itself, ancestors outside a container included.
+            h = _field(stat, b"hierarchical_memory_limit")
+            if h is not None and 0 < h < _NO_LIMIT:
+                limits.append(h)
+        return min(limits) if limits else None
+
+    def _read_available(self, out: dict[str, float]) -> None:
+        if self._meminfo is None:
+            return
+        try:
+            raw = self._meminfo.read()
+            i = raw.find(b"MemAvailable:")
+            if i >= 0:
+                kib = int(raw[i + 13 : raw.find(b"\n", i)].split()[0])
+                out["system.available"] = float(kib * 1024)
+        except (OSError, ValueError, IndexError):
+            pass  # a kernel before 3.14 has no MemAvailable: the key is simply absent
+
+    def read_slow(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        self._read_available(out)
+        loc = self.location
+        if loc is None:
+            return out
+        names = _LAYOUT[loc.version]
+        local = self._files.get("events_local")
+        try:
+            usage = int(self._files["usage"].read())
+            stat = self._files["stat"].read()
+            kills = _field(self._files["events"].read(), b"oom_kill")
+            local_kills = _field(local.read(), b"oom_kill") if local is not None else None
+            self._limit = self._read_limit(stat)
+            inactive_file = _field(stat, names.inactive_file) or 0
+            file = _field(stat, names.file)
+            anon = _field(stat, names.anon)
+        except (OSError, ValueError) as e:
+            # The cgroup was removed (ENODEV) or became unreadable: stop reading it.
+            self.reason = f"cgroup {loc.path} became unreadable: {e}"
+            self._close_cgroup()
+            self.location = None
+            return out
+        out["cgroup.usage"] = float(usage)
+        out["cgroup.working_set"] = float(max(0, usage - inactive_file))
+        out["cgroup.file"] = _num(file)
+        out["cgroup.anon"] = _num(anon)
+        if self._limit is not None:
+            out["cgroup.limit"] = float(self._limit)
+        out["cgroup.oom_kills"] = _num(kills)
+        if local is not None:
+            out["cgroup.oom_kills_local"] = _num(local_kills)
+        return out
+
+    def read_fast(self) -> Sequence[float]:
+        return ()
+
+    def oom_kills(self) -> int | None:
+        """The cumulative OOM-kill counter now (one read), or None when it cannot be read.
+
+        Read it before and after a child or worker dies: a rise says the kernel killed it.
+        """
+        f = self._files.get("events")
+        if f is None:
+            return None
+        try:
+            return _field(f.read(), b"oom_kill")
+        except (OSError, ValueError):
+            return None
+
+    def limits(self) -> dict[str, float]:
+        if self._limit is None or self.location is None:
+            return {}
+        return {k: float(self._limit) for k in BYTE_KEYS}
+
+    def describe(self) -> dict[str, object]:
+        """Which cgroup is read, its version and limit, or why none is (for bundles)."""
+        loc = self.location
+        return {
+            "available": loc is not None,
+            "reason": self.reason,
+            "version": loc.version if loc else None,
+            "path": loc.path if loc else None,
+            "cgroup": loc.cgroup if loc else None,
+            "limit": self._limit,
+        }
+
+    def _close_cgroup(self) -> None:
+        for f in (*self._files.values(), *self._limit_files):
+            f.close()
+        self._files = {}
+        self._limit_files = []
+
+    def close(self) -> None:
+        self._close_cgroup()
+        if self._meminfo is not None:
+            self._meminfo.close()
+            self._meminfo = None
+
+
+def _num(v: int | None) -> float:
+    return math.nan if v is None else float(v)
