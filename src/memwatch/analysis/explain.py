@@ -21,6 +21,8 @@ def _where(metric: str) -> str:
         "host.uss": "This process's private host memory (USS)",
         "workers.uss": "Private memory (USS) of the DataLoader worker processes",
         "workers.rss": "Resident memory of the DataLoader worker processes",
+        "cgroup.working_set": ("The job's memory cgroup (this process, its workers and the rest "
+                               "of the job, page cache it can reclaim excluded)"),
     }.get(metric, metric)
 
 

@@ -15,7 +15,7 @@ __all__ = ["judge"]
 def judge(summary: EpochSummary, ctx: CheckContext, cfg: AnalyzerConfig) -> list[Finding]:
     out = []
     margin = cfg.near_oom_margin
-    for metric in ("device.peak", "device.reserved", "host.rss"):
+    for metric in ("device.peak", "device.reserved", "host.rss", "cgroup.working_set"):
         if metric not in summary.keys:
             continue
         limit = ctx.limit(metric)

@@ -41,6 +41,9 @@ key                                                 meaning
 ``memwatch/host.uss_gib``, ``host.pss_gib``         private / proportional memory (background)
 ``memwatch/device.allocated_gib`` ...               accelerator allocator counters (CUDA/MPS)
 ``memwatch/workers.count``, ``workers.uss_gib``     live DataLoader workers and their memory
+``memwatch/cgroup.working_set_gib``, ``.usage_gib``  the job's memory cgroup (background)
+``memwatch/cgroup.oom_kills``                       processes the kernel's OOM killer killed
+``memwatch/system.available_gib``                   the machine's ``MemAvailable``
 ``memwatch/<stage>/<metric>_gib``, ``.peak_gib``    an evaluation loop: last value and peak
 ``memwatch/findings/count``, ``/<kind>``            new findings at a check, and of each kind
 ``memwatch/findings/<kind>.<metric>_mib_per_step``  growth rate of a finding
@@ -75,7 +78,8 @@ STAGES: tuple[str, ...] = ("train", "val", "test", "predict")
 
 #: Metrics that are counts, not bytes: logged as they are, without a unit suffix.
 COUNT_METRICS: frozenset[str] = frozenset(
-    {"workers.count", "device.ooms", "device.alloc_retries"}
+    {"workers.count", "device.ooms", "device.alloc_retries", "cgroup.oom_kills",
+     "cgroup.oom_kills_local"}
 )
 # Future probes that follow the same convention are recognised by their last name segment.
 _COUNT_SUFFIXES: tuple[str, ...] = (".count", ".ooms", ".retries", ".alloc_retries", ".objects")

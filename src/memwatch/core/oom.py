@@ -6,6 +6,14 @@ Classes: ``cuda_oom`` (``torch.OutOfMemoryError``, "CUDA/HIP out of memory", and
 ``OSError`` ENOMEM such as a failed ``fork()`` of a DataLoader worker)
 and ``other``. The cause/context chain is searched too: frameworks often wrap an OOM.
 
+A DataLoader worker killed by the kernel's OOM killer raises no OOM error at all: the loop sees
+the worker die ("DataLoader worker (pid N) is killed by signal: Killed.", "... exited
+unexpectedly") or a half-received batch (``EOFError``, ``ConnectionResetError``,
+``ConnectionRefusedError``). Only the memory cgroup's OOM-kill counter tells it was memory:
+``classify(exc, kernel_oom_kills=n)`` with the counter's rise since the run started makes such
+an error ``host_oom`` (``numbers``: ``kernel_oom_kills``, ``worker_pid`` when the message names
+one); without a rise it stays ``other``.
+
 Example::
 
     >>> from memwatch.core.oom import classify
@@ -22,7 +30,7 @@ import errno
 import re
 from typing import Any
 
-__all__ = ["OOM_KINDS", "Classification", "classify", "parse_oom_message"]
+__all__ = ["OOM_KINDS", "Classification", "classify", "parse_oom_message", "worker_death"]
 
 OOM_KINDS: tuple[str, ...] = ("cuda_oom", "host_oom", "mps_oom")
 KINDS: tuple[str, ...] = (*OOM_KINDS, "other")
@@ -59,6 +67,11 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 _CUDA_OOM_MESSAGES = ("CUDA out of memory", "HIP out of memory", "CUDA error: out of memory",
                       "HIP error: out of memory", "CUBLAS_STATUS_ALLOC_FAILED")
 _GPU_RE = re.compile(r"GPU (\d+)")
+#: How a DataLoader worker's death reaches the training loop (torch's messages, and the errors
+#: of a batch half received from a worker that died: see docs/notes-kernel-oom.md).
+_WORKER_DEATH_RE = re.compile(r"DataLoader worker \(pid(?:\(s\))? (\d+)[^)]*\) "
+                              r"(?:is killed by signal|exited unexpectedly)")
+_HALF_RECEIVED = (EOFError, ConnectionResetError, ConnectionRefusedError, BrokenPipeError)
 _CPU_BYTES_RE = re.compile(r"you tried to allocate (\d+) bytes", re.IGNORECASE)
 
 
@@ -134,8 +147,36 @@ def _chain(exc: BaseException, limit: int = 8) -> list[BaseException]:
     return seen
 
 
-def classify(exc: BaseException) -> Classification:
-    """Classify ``exc`` (or the first OOM in its cause/context chain)."""
+def worker_death(exc: BaseException) -> tuple[BaseException, int | None] | None:
+    """The exception of ``exc``'s chain that says a DataLoader worker died (or that a batch was
+    cut off), with the worker's pid where the message names one; None when none does."""
+    half: BaseException | None = None
+    for e in _chain(exc):
+        m = _WORKER_DEATH_RE.search(str(e) if e.args else "")
+        if m:
+            return e, int(m.group(1))
+        if half is None and isinstance(e, _HALF_RECEIVED):
+            half = e
+    return (half, None) if half is not None else None
+
+
+def classify(exc: BaseException, kernel_oom_kills: int = 0) -> Classification:
+    """Classify ``exc`` (or the first OOM in its cause/context chain).
+
+    ``kernel_oom_kills``: how many processes the kernel's OOM killer killed in this run's memory
+    cgroup since the run started; when above 0, a worker's death is a ``host_oom``.
+
+    >>> err = RuntimeError("DataLoader worker (pid 4242) is killed by signal: Killed. ")
+    >>> classify(err).kind, classify(err, kernel_oom_kills=1).numbers["worker_pid"]
+    ('other', 4242)
+    """
+    if kernel_oom_kills > 0:
+        death = worker_death(exc)
+        if death is not None:
+            numbers = {"kernel_oom_kills": int(kernel_oom_kills)}
+            if death[1] is not None:
+                numbers["worker_pid"] = death[1]
+            return Classification("host_oom", death[0], numbers)
     for e in _chain(exc):
         kind = _kind_of(e)
         if kind != "other":

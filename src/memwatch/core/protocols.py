@@ -107,6 +107,18 @@ class SessionView(Protocol):
 
     def limits(self) -> dict[str, float]: ...
 
+    def oom_kill_count(self) -> int | None:
+        """The memory cgroup's OOM-kill counter now (one read); None without a cgroup."""
+        ...
+
+    def cgroup_info(self) -> dict[str, Any] | None:
+        """Which memory cgroup is watched, its version and limit; None without one."""
+        ...
+
+    def worker_reading(self, pid: int) -> dict[str, float] | None:
+        """The last reading of DataLoader worker ``pid``, also after it died."""
+        ...
+
 
 class LiveRun(SessionView, Protocol):
     """What a report of a live run reads (:func:`memwatch.report.data.from_run`): the session's

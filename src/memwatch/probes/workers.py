@@ -113,6 +113,13 @@ class WorkersProbe:
         live = set(self._index)
         return [dataclasses.asdict(s) for p, s in sorted(latest.items()) if p in live]
 
+    def last_reading(self, pid: int) -> dict[str, float] | None:
+        """The last reading of worker ``pid``, also after it died (a killed worker's last USS)."""
+        for s in reversed(self.history):
+            if s.pid == pid:
+                return dataclasses.asdict(s)
+        return None
+
     def limits(self) -> dict[str, float]:
         return {}
 

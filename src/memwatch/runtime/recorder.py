@@ -125,6 +125,7 @@ class FlightRecorder:
         self._history_on = False
         #: >0 inside ``MemWatch.capture_oom()``: OOMs get a bundle whatever ``bundle_on`` says.
         self.forced = 0
+        self._kills_at_start: int | None = None  # the cgroup's OOM-kill counter at start()
         self._active = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -136,6 +137,7 @@ class FlightRecorder:
         except OSError as e:
             log.warning("memwatch: could not clean %s (%s)", self.oom_root, e)
         self._warm_imports()
+        self._kills_at_start = self._kernel_kills_now()
         dev = self.view.device
         self._static_env = environment_static(dev)
         self._arm_reserve()
@@ -155,6 +157,30 @@ class FlightRecorder:
         self.hooks.install()
         atexit.register(self._atexit)
         self._active = True
+
+    def _kernel_kills_now(self) -> int | None:
+        """The memory cgroup's OOM-kill counter now, or None without a readable cgroup."""
+        try:
+            return self.view.oom_kill_count()
+        except Exception:  # noqa: BLE001
+            return None
+
+    def kernel_oom_kills(self) -> int:
+        """Processes the kernel's OOM killer killed in this run's cgroup since it started."""
+        now, start = self._kernel_kills_now(), self._kills_at_start
+        return max(0, now - start) if now is not None and start is not None else 0
+
+    def _cgroup_doc(self, cls: Classification | None) -> dict[str, Any] | None:
+        """The cgroup at the failure, and the killed worker's last reading when one was."""
+        info = self.view.cgroup_info()
+        if info is None:
+            return None
+        doc: dict[str, Any] = {**info, "oom_kills_at_start": self._kills_at_start,
+                               "oom_kills_now": self._kernel_kills_now()}
+        pid = cls.numbers.get("worker_pid") if cls is not None else None
+        if pid is not None:
+            doc["killed_worker"] = self.view.worker_reading(pid)
+        return doc
 
     def close(self) -> None:
         """Restore hooks and handlers, detach the observer; flush an unclaimed OOM capture."""
@@ -279,7 +305,7 @@ class FlightRecorder:
             if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
                 self._mark(exc, None)
                 return None
-            cls = classify(exc)
+            cls = classify(exc, self.kernel_oom_kills())
             wanted = cls.kind in self.config.bundle_on or (force_oom and cls.is_oom)
             cap: Capture | None = None
             pend = self._pending
@@ -311,7 +337,7 @@ class FlightRecorder:
         try:
             if os.getpid() != self._pid:
                 return None
-            cls = classify(exc) if exc is not None else None
+            cls = classify(exc, self.kernel_oom_kills()) if exc is not None else None
             self._release_reserve()
             path = self._write(trigger, reason, exc, cls, self._capture(False, None))
             if exc is not None and path is not None:
@@ -391,6 +417,7 @@ class FlightRecorder:
                 "host_rss_at_write": rss_now(), "address_space": address_space(),
                 "captured_at_unix": cap.wall,
                 "captured_on_thread": cap.thread, "capture_errors": cap.errors,
+                "cgroup": self._cgroup_doc(cls),
             })
             w.write_json("environment.json",
                          environment(self._static_env, v.rank, self._history_on))

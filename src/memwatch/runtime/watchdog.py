@@ -52,7 +52,8 @@ from memwatch.core.protocols import SessionView
 from memwatch.core.units import fmt_bytes
 from memwatch.probes.procfs import rss_now
 
-__all__ = ["ACTIONS", "DEFAULT_METRICS", "Alert", "Watchdog", "WatchdogConfig", "parse_watchdog"]
+__all__ = ["ACTIONS", "DEFAULT_METRICS", "Alert", "Watchdog", "WatchdogConfig", "holders",
+           "parse_watchdog"]
 
 log = logging.getLogger("memwatch")
 
@@ -60,7 +61,10 @@ ACTIONS: frozenset[str] = frozenset({"alert", "cleanup", "bundle", "stop"})
 #: Metrics compared with their limits by default. Not ``device.reserved``: the caching allocator
 #: frees its cache and retries before it raises an OOM, so a full cache is not a risk by itself
 #: (and healthy runs often keep it near the device total).
-DEFAULT_METRICS: tuple[str, ...] = ("device.allocated", "device.peak", "host.rss")
+#: ``cgroup.working_set`` is the job's memory as the kernel's OOM killer counts it (main process,
+#: workers and everything else in the memory cgroup, less reclaimable page cache).
+DEFAULT_METRICS: tuple[str, ...] = ("device.allocated", "device.peak", "host.rss",
+                                    "cgroup.working_set")
 _LEVELS = {"ok": 0, "warning": 1, "critical": 2}
 _LIMITS_REFRESH_S = 60.0
 
@@ -132,6 +136,29 @@ class WatchdogConfig:
         c = self.cleanup_min_interval_s
         if not isinstance(c, (int, float)) or c < 0:
             raise ConfigError(f"watchdog cleanup_min_interval_s={c!r} must be >= 0 seconds.")
+
+
+def holders(latest: Mapping[str, float], total: float) -> str:
+    """Who holds a memory cgroup's working set: this process, its DataLoader workers, the rest
+    (page cache not yet reclaimed, shared pages, other processes of the job), largest named.
+
+    >>> holders({"host.rss": 600.0, "workers.uss": 300.0, "workers.count": 2.0}, 1000.0)
+    'held by: the training process (RSS) 600 B, 2 DataLoader workers (USS) 300 B, the rest 100 B; largest: the training process'
+    """
+    parts: list[tuple[str, float]] = []
+    rss = latest.get("host.rss")
+    if rss is not None and math.isfinite(rss):
+        parts.append(("the training process (RSS)", rss))
+    wu = latest.get("workers.uss")
+    if wu is not None and math.isfinite(wu):
+        n = latest.get("workers.count")
+        count = f"{n:.0f} " if n is not None and math.isfinite(n) else ""
+        parts.append((f"{count}DataLoader workers (USS)", wu))
+    rest = total - sum(v for _, v in parts)
+    parts.append(("the rest", max(0.0, rest)))
+    largest = max(parts, key=lambda kv: kv[1])[0].split(" (")[0]
+    return ("held by: " + ", ".join(f"{k} {fmt_bytes(v)}" for k, v in parts)
+            + f"; largest: {largest}")
 
 
 def parse_watchdog(value: Any) -> WatchdogConfig | None:
@@ -258,6 +285,8 @@ class Watchdog:
                 msg = (f"{scope} memory at {u * 100:.1f}% of its limit ({metric} "
                        f"{fmt_bytes(value)} of {fmt_bytes(limit)}; {level} threshold "
                        f"{(cfg.critical if new == 2 else cfg.warning) * 100:.0f}%)")
+                if scope == "cgroup":
+                    msg += "; " + holders(self.view.latest(), value)
                 alert = Alert(level, scope, metric, msg, self.view.step_count, value, limit, u)
                 reason = (f"{scope} memory at {u * 100:.0f}% of its limit ({level} threshold "
                           f"{(cfg.critical if new == 2 else cfg.warning) * 100:.0f}%)")

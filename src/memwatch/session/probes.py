@@ -64,6 +64,14 @@ def open_probes(device: DeviceProbe | None, host: bool, workers: bool) -> list[P
         from memwatch.probes.host import HostProbe
 
         probes.append(HostProbe())
+        if sys.platform.startswith("linux"):
+            from memwatch.probes.cgroup import CgroupProbe
+
+            cg = CgroupProbe()
+            if cg.slow_keys:
+                probes.append(cg)  # the job's memory as the OOM killer counts it
+            else:
+                cg.close()
     if workers:
         from memwatch.probes.workers import WorkersProbe
 

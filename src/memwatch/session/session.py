@@ -378,13 +378,26 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
         return self.timeline.epochs if self.timeline is not None else []
 
     def limits(self) -> dict[str, float]:
-        """Known byte limits per metric (device total, cgroup or physical memory)."""
+        """Known byte limits per metric (device total, cgroup or physical memory).
+
+        Inside a memory cgroup the kernel kills when the whole job (this process, its workers,
+        everything else in the cgroup) fills the limit, so a host or worker metric's limit is
+        its own value plus the room the cgroup has left: ``value + limit - working_set``.
+        """
         out: dict[str, float] = {}
         for p in self.probes:
             try:
                 out.update(p.limits())
             except Exception:  # noqa: BLE001
                 continue
+        latest = self.latest()
+        limit, used = latest.get("cgroup.limit"), latest.get("cgroup.working_set")
+        if limit and used is not None and math.isfinite(limit) and math.isfinite(used):
+            room = max(0.0, limit - used)
+            for m in _JOB_SHARED:
+                v = latest.get(m)
+                if v is not None and math.isfinite(v):
+                    out[m] = min(out.get(m, math.inf), v + room)
         return out
 
     def after_fork_in_child(self) -> None:
@@ -401,11 +414,30 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
             after_fork_in_child()
 
     def worker_details(self) -> list[dict[str, float]]:
-        for p in self.probes:
-            if p.name == "workers":
-                return p.per_worker()  # type: ignore[attr-defined,no-any-return]
-        return []
+        p = self._probe("workers")
+        return p.per_worker() if p is not None else []  # type: ignore[no-any-return]
 
+    def worker_reading(self, pid: int) -> dict[str, float] | None:
+        """The last reading of DataLoader worker ``pid``, also after it died."""
+        p = self._probe("workers")
+        return p.last_reading(pid) if p is not None else None  # type: ignore[no-any-return]
+
+    def oom_kill_count(self) -> int | None:
+        """The memory cgroup's OOM-kill counter now (one read); None without a cgroup."""
+        p = self._probe("cgroup")
+        return p.oom_kills() if p is not None else None  # type: ignore[no-any-return]
+
+    def cgroup_info(self) -> dict[str, Any] | None:
+        """Which memory cgroup is watched, its version and limit (None: no cgroup probe)."""
+        p = self._probe("cgroup")
+        return p.describe() if p is not None else None  # type: ignore[no-any-return]
+
+    def _probe(self, name: str) -> Any:
+        return next((p for p in self.probes if p.name == name), None)
+
+
+#: Metrics whose limit, inside a memory cgroup, is what the rest of the job leaves them.
+_JOB_SHARED = ("host.rss", "host.uss", "host.pss", "workers.uss", "workers.pss", "workers.rss")
 
 #: Every started session: a forked child (a DataLoader worker) makes its copies inert.
 _in_children = ForkRegistry("after_fork_in_child")

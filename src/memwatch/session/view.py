@@ -29,7 +29,7 @@ class SessionReader:
         >>> mw.view.recorder  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        AttributeError: a session view reads only: device, epoch, findings, job, latest(), ...
+        AttributeError: a session view reads only: cgroup_info(), device, epoch, findings, ...
     """
 
     __slots__ = ("_mw",)
@@ -41,7 +41,8 @@ class SessionReader:
     def __getattr__(self, name: str) -> Any:
         if name in _READABLE:
             return getattr(self._mw, name)
-        shown = sorted([*_READABLE, "findings", "latest()", "limits()"])
+        shown = sorted([*_READABLE, "findings", "latest()", "limits()", "oom_kill_count()",
+                        "cgroup_info()", "worker_reading()"])
         raise AttributeError(f"a session view reads only: {', '.join(shown)}")
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -56,3 +57,12 @@ class SessionReader:
 
     def limits(self) -> dict[str, float]:
         return self._mw.limits()
+
+    def oom_kill_count(self) -> int | None:
+        return self._mw.oom_kill_count()
+
+    def cgroup_info(self) -> dict[str, Any] | None:
+        return self._mw.cgroup_info()
+
+    def worker_reading(self, pid: int) -> dict[str, float] | None:
+        return self._mw.worker_reading(pid)
