@@ -1,5 +1,8 @@
 """Summarise a bundle, or compare the ranks of a distributed job, in the terminal.
 
+FILE (a black-box record, ``<out_dir>/blackbox/...json``): how a run that left no bundle ended
+(SIGKILL, the kernel's OOM killer), its last samples and findings.
+
 BUNDLE: what ran out, how full memory was, the largest live tensors and what held them, the
 analyzer's findings, the allocator's segments (from the snapshot, read with a restricted unpickler
 that never runs code) and the last minutes of the timeline.
@@ -17,6 +20,7 @@ import argparse
 from pathlib import Path
 
 from memwatch.bundle import TMP_PREFIX, find_bundles, open_bundle
+from memwatch.bundle.blackbox import BLACKBOX_SUBDIR, ENDED_SUBDIR, judge, read_record, summary_line
 from memwatch.bundle.documents import segments_summary
 from memwatch.cli._base import Command
 from memwatch.core.errors import BundleError, MemwatchError
@@ -45,6 +49,9 @@ class InspectCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         p = Path(args.bundle)
+        if p.is_file() and p.suffix == ".json" and p.parent.name in (BLACKBOX_SUBDIR,
+                                                                      ENDED_SUBDIR):
+            return _blackbox(p, args.rows)
         if p.is_dir() and not (p / "manifest.json").is_file() \
                 and not p.name.startswith(TMP_PREFIX) and _holds_bundles(p):
             return self._dir(p, args)
@@ -102,3 +109,34 @@ def _holds_bundles(d: Path) -> bool:
         return any(c.is_dir() for c in d.iterdir())
     except OSError:
         return False
+
+
+_COLUMNS = ("host.rss", "workers.uss", "cgroup.working_set", "cgroup.limit", "system.available")
+
+
+def _blackbox(path: Path, rows: int) -> int:
+    """The story a black-box record tells: how the run ended, its last samples, its findings."""
+    try:
+        doc = read_record(path)
+    except ValueError as e:
+        raise BundleError(str(e)) from None
+    end = judge(doc)
+    print(f"memwatch black box {path}")
+    print(f"  {summary_line(doc, end)}")
+    print(f"  why: {end.get('why')}")
+    samples = doc.get("samples") or []
+    cols = [c for c in _COLUMNS if any(c in (s.get("values") or {}) for s in samples)]
+    if samples and rows > 0:
+        print(f"\nLast {min(rows, len(samples))} of {len(samples)} records (one per rewrite):")
+        t_end = float(samples[-1].get("t") or 0.0)
+        print(f"  {'t (s)':>8} {'step':>8} " + " ".join(f"{c:>19}" for c in cols))
+        for s in samples[-rows:]:
+            vals = s.get("values") or {}
+            cells = " ".join(f"{fmt_bytes(vals[c]) if c in vals else '-':>19}" for c in cols)
+            print(f"  {float(s.get('t') or 0.0) - t_end:>8.1f} {s.get('step'):>8} {cells}")
+    findings = doc.get("findings") or []
+    print(f"\nFindings ({len(findings)}):" if findings else "\nNo findings.")
+    for f in findings:
+        print(f"  [{f.get('severity')}] {f.get('kind')} {f.get('metric')}: "
+              f"{str(f.get('message'))[:160]}")
+    return 0

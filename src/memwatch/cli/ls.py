@@ -5,7 +5,9 @@ DIR is a memwatch output directory (the one given as ``out_dir``; default ``./me
 ``oom/`` subdirectory, or a folder holding one ``out_dir`` per rank (``run/rank0``, ``run/rank1``).
 Bundles of several ranks of one distributed job are listed together under a job heading that says
 which rank failed first (``memwatch inspect DIR`` compares them); bundles of single-process runs
-follow. ``--json`` prints the same as one JSON document.
+follow. Then the runs whose black box (``<out_dir>/blackbox/``) says they ended without a clean
+close (SIGKILL, the kernel's OOM killer) or are still running. ``--json`` prints the same as one
+JSON document.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from memwatch.bundle import Bundle, find_bundles
+from memwatch.bundle.blackbox import find_records, judge, summary_line
 from memwatch.cli._base import Command
 from memwatch.core.errors import BundleError
 from memwatch.core.units import fmt_bytes
@@ -59,6 +62,20 @@ def _entry_json(path: Path, b: Bundle | BundleError) -> dict[str, Any]:
             "job": m.get("job")}
 
 
+def _records(d: str) -> list[tuple[Path, dict[str, Any], dict[str, Any]]]:
+    """Black-box records under an output directory (or beside its ``oom/`` folder)."""
+    p = Path(d)
+    base = p.parent if p.name == "oom" else p
+    return [(path, doc, judge(doc)) for path, doc in find_records(base)]
+
+
+def _print_records(recs: list[tuple[Path, dict[str, Any], dict[str, Any]]]) -> None:
+    print("runs by their black box (`memwatch inspect FILE` tells the story):")
+    for path, doc, end in recs:
+        print(f"  {summary_line(doc, end)}")
+        print(f"    {end.get('why')}; {path}")
+
+
 class LsCommand(Command):
     """List the bundles under DIR (default ./memwatch), grouped by job, oldest first."""
 
@@ -74,6 +91,7 @@ class LsCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         entries = find_bundles(args.dir)
         jobs, rest = group_jobs(entries)
+        recs = _records(args.dir)
         if args.json:
             doc = {
                 "jobs": [{"id": j.id, "attempt": j.attempt, "source": j.source,
@@ -84,11 +102,15 @@ class LsCommand(Command):
                           "bundles": [_entry_json(rb.path, rb.bundle) for rb in j.bundles]}
                          for j in jobs],
                 "bundles": [_entry_json(p, b) for p, b in rest],
+                "runs": [{"path": str(p), "pid": doc.get("pid"), "host": doc.get("host"),
+                          "step": doc.get("step"), "end": end} for p, doc, end in recs],
             }
             print(json.dumps(doc, indent=1))
             return 0
         if not entries:
             print(f"no bundles under {args.dir}")
+            if recs:
+                _print_records(recs)
             return 0
         for job in jobs:
             print(_job_heading(job))
@@ -106,4 +128,7 @@ class LsCommand(Command):
             print(("\n" if rest else "") + f"`memwatch inspect {args.dir}` compares the ranks of "
                   + ("the newest job" if len(jobs) > 1 else "the job")
                   + " at the moment the first one failed.")
+        if recs:
+            print()
+            _print_records(recs)
         return 0

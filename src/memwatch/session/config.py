@@ -126,6 +126,8 @@ class WatchConfig:
             Python objects (lists of dicts, string logs, caches of bytes or arrays) is named by
             the line that allocates it. Costs time on every Python allocation while on (see
             ``docs/benchmarks.md``); tracing the user already started is used and never stopped.
+        blackbox_every_s: how often the black box (``<out_dir>/blackbox/``: the record that
+            survives SIGKILL and the kernel's OOM killer) is rewritten, seconds; ``None``: none.
         check_every_n_steps, check_every_s: a check (verdicts) inside the epoch every N optimizer
             steps and/or every T seconds, whichever comes first; ``None`` turns one off (both
             ``None``: checks at epoch ends only). Every epoch end is a check too. The defaults
@@ -176,6 +178,7 @@ class WatchConfig:
     horizon_s: float = 3 * 86400.0
     steps_per_epoch: int | None = None
     warn: bool = True
+    blackbox_every_s: float | None = 5.0
 
     def __post_init__(self) -> None:
         s = object.__setattr__
@@ -220,6 +223,10 @@ class WatchConfig:
                                                "for example 600 (seconds), or None"))
         s(self, "horizon_s", _positive("horizon_s", self.horizon_s,
                                        "for example 259200 (3 days, in seconds)"))
+        if self.blackbox_every_s is not None:
+            s(self, "blackbox_every_s", _positive(
+                "blackbox_every_s", self.blackbox_every_s,
+                "for example 5 (seconds between rewrites of the black box), or None for none"))
         if self.steps_per_epoch is not None:
             _positive("steps_per_epoch", self.steps_per_epoch, "or None when it is not known")
         if self.stage not in STAGES:

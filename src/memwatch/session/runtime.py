@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from memwatch.core.protocols import SessionView
+from memwatch.runtime.blackbox import BlackBox, report_previous
 from memwatch.runtime.dispatch import SinkSet
 from memwatch.runtime.recorder import FlightRecorder
 from memwatch.runtime.schedule import Schedule
@@ -37,6 +38,8 @@ class RuntimeParts:
     view: SessionView
     recorder: FlightRecorder | None
     watchdog: Watchdog | None
+    blackbox: BlackBox | None
+    previous_unclean: list[dict[str, Any]]
     should_stop: bool
     stop_reason: str | None
     step_count: int
@@ -74,6 +77,15 @@ class RuntimeParts:
             except Exception as e:  # noqa: BLE001
                 self.recorder = None
                 self._disable("flight recorder", e)
+        if self.config.blackbox_every_s is not None and self.config.stage == "train":
+            try:
+                self.previous_unclean = report_previous(str(self.config.out_dir))
+                self.blackbox = BlackBox(self.view, str(self.config.out_dir),
+                                         every_s=self.config.blackbox_every_s)
+                self.blackbox.start()
+            except Exception as e:  # noqa: BLE001
+                self.blackbox = None
+                self._disable("black box", e)
         wcfg = self.config.watchdog_config
         if wcfg is not None:
             self.watchdog = Watchdog(wcfg, self.view, dump=self._watchdog_dump,

@@ -27,6 +27,7 @@ from memwatch.core.findings import Finding
 from memwatch.core.forking import ForkRegistry
 from memwatch.core.protocols import SessionView
 from memwatch.probes.base import DeviceProbe, Probe
+from memwatch.runtime.blackbox import BlackBox
 from memwatch.runtime.dispatch import SinkSet
 from memwatch.runtime.exchange import rank_info
 from memwatch.runtime.recorder import FlightRecorder
@@ -116,6 +117,7 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
         horizon_s: float = 3 * 86400.0,
         steps_per_epoch: int | None = None,
         warn: bool = True,
+        blackbox_every_s: float | None = 5.0,
     ) -> None:
         self._init(WatchConfig(
             device=device, host=host, workers=workers, out_dir=out_dir, interval_s=interval_s,
@@ -127,7 +129,8 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
             bundle_report=bundle_report, watchdog=watchdog, sinks=sinks,
             log_every_n_steps=log_every_n_steps, tracemalloc=tracemalloc, stage=stage,
             check_every_n_steps=check_every_n_steps, check_every_s=check_every_s,
-            horizon_s=horizon_s, steps_per_epoch=steps_per_epoch, warn=warn))
+            horizon_s=horizon_s, steps_per_epoch=steps_per_epoch, warn=warn,
+            blackbox_every_s=blackbox_every_s))
 
     @classmethod
     def from_config(cls, config: WatchConfig) -> MemWatch:
@@ -152,6 +155,10 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
         self.should_stop = False
         self.stop_reason: str | None = None
         self.recorder: FlightRecorder | None = None
+        #: The black box (None when off, or in an evaluation session).
+        self.blackbox: BlackBox | None = None
+        #: Runs in the same ``out_dir`` that ended without a clean close, reported at start.
+        self.previous_unclean: list[dict[str, Any]] = []
         self.watchdog: Watchdog | None = None
         #: The analyzer (None when ``analyze=False`` or it failed to start).
         self.analyzer: Any = None
@@ -253,6 +260,8 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
         self._schedule.clear()
         self._next_due = sys.maxsize
         self._final_bundle()
+        if self.blackbox is not None:
+            self.blackbox.close()  # a clean end leaves no record behind
         if self._sinks and self._owns_sinks:
             self._sinks.close()
         if self.recorder is not None:
@@ -407,6 +416,8 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
         self._closed = True
         if self._sampler is not None:
             self._sampler.forget_after_fork()
+        if self.blackbox is not None:
+            self.blackbox.forget_after_fork()
         if self._tracer is not None:  # tracemalloc that memwatch started: nothing reads it here
             self._tracer = None
             from memwatch.analysis.allocations import after_fork_in_child
@@ -415,22 +426,22 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
 
     def worker_details(self) -> list[dict[str, float]]:
         p = self._probe("workers")
-        return p.per_worker() if p is not None else []  # type: ignore[no-any-return]
+        return p.per_worker() if p is not None else []
 
     def worker_reading(self, pid: int) -> dict[str, float] | None:
         """The last reading of DataLoader worker ``pid``, also after it died."""
         p = self._probe("workers")
-        return p.last_reading(pid) if p is not None else None  # type: ignore[no-any-return]
+        return p.last_reading(pid) if p is not None else None
 
     def oom_kill_count(self) -> int | None:
         """The memory cgroup's OOM-kill counter now (one read); None without a cgroup."""
         p = self._probe("cgroup")
-        return p.oom_kills() if p is not None else None  # type: ignore[no-any-return]
+        return p.oom_kills() if p is not None else None
 
     def cgroup_info(self) -> dict[str, Any] | None:
         """Which memory cgroup is watched, its version and limit (None: no cgroup probe)."""
         p = self._probe("cgroup")
-        return p.describe() if p is not None else None  # type: ignore[no-any-return]
+        return p.describe() if p is not None else None
 
     def _probe(self, name: str) -> Any:
         return next((p for p in self.probes if p.name == name), None)

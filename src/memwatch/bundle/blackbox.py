@@ -1,0 +1,226 @@
+"""The black box on disk: what a watched run keeps of itself in case it dies without a word.
+
+The kernel's OOM killer and ``kill -9`` send SIGKILL: no exception, no ``atexit``, no bundle.
+While a run is watched, :class:`memwatch.runtime.blackbox.BlackBox` rewrites one small JSON
+file every few seconds (atomically: a temporary file renamed over the old one), and removes it
+when the run closes cleanly. A record left behind by a process that no longer exists is the
+evidence of an unclean end. This module reads such records and judges them:
+
+* ``<out_dir>/blackbox/<host>-pid<pid>.json``: the record of a run (live, or dead unnoticed);
+* ``<out_dir>/blackbox/ended/<UTC time>-<host>-pid<pid>.json``: a dead run's record once a later
+  run in the same ``out_dir`` reported it (with its ``end`` judgement added), so it is reported
+  once and ``memwatch ls`` still lists it.
+
+A record says the run was **killed by the kernel's OOM killer** when its memory cgroup's
+OOM-kill counter is above the value the last rewrite saw (read again from the cgroup, which
+still exists while the job's container does), or when the kernel log (``/dev/kmsg``, readable
+by root) names the process as killed; otherwise "ended without a clean close" (SIGKILL from
+someone else, a segfault, power loss).
+
+Example::
+
+    >>> import os, json
+    >>> from memwatch.bundle.blackbox import judge, record_path
+    >>> doc = {"pid": 2 ** 22 + 7, "host": "elsewhere", "step": 812, "latest": {},
+    ...        "cgroup": None}
+    >>> judge(doc)["state"]  # a record from another host cannot be checked from here
+    'unknown'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+from memwatch.core.units import fmt_bytes
+
+__all__ = ["BLACKBOX_SUBDIR", "ENDED_SUBDIR", "SCHEMA", "boot_id", "find_records", "judge",
+           "process_start", "read_record", "record_path", "retire", "summary_line"]
+
+BLACKBOX_SUBDIR = "blackbox"
+ENDED_SUBDIR = "ended"
+SCHEMA = 1
+_KIND = "memwatch-blackbox"
+
+
+def record_path(out_dir: str | os.PathLike[str], pid: int | None = None) -> Path:
+    """Where the record of process ``pid`` (default: this one) on this host lives."""
+    return Path(out_dir) / BLACKBOX_SUBDIR / f"{socket.gethostname()}-pid{pid or os.getpid()}.json"
+
+
+def boot_id() -> str | None:
+    """This boot of the kernel (a pid is only meaningful within one)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def process_start(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat`` field 22): a pid
+    reused by another process has another start time."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+        return int(raw[raw.rindex(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def read_record(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A record's document; ``ValueError`` naming the file when it is not one."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{p}: not a readable memwatch black-box record ({e})") from e
+    if not isinstance(doc, dict) or doc.get("kind") != _KIND:
+        raise ValueError(f"{p}: not a memwatch black-box record (no kind {_KIND!r})")
+    return doc
+
+
+def find_records(out_dir: str | os.PathLike[str]) -> list[tuple[Path, dict[str, Any]]]:
+    """Every readable record under ``out_dir`` (live and ended), oldest first."""
+    base = Path(out_dir) / BLACKBOX_SUBDIR
+    out = []
+    for d in (base, base / ENDED_SUBDIR):
+        try:
+            files = sorted(d.glob("*.json"))
+        except OSError:
+            continue
+        for f in files:
+            try:
+                out.append((f, read_record(f)))
+            except ValueError:
+                continue  # a record being replaced right now, or not ours
+    out.sort(key=lambda e: float(e[1].get("started_unix") or 0.0))
+    return out
+
+
+def _alive(doc: dict[str, Any]) -> bool | None:
+    """Whether the record's process still runs: None when that cannot be told from here."""
+    if doc.get("host") != socket.gethostname():
+        return None
+    if doc.get("boot_id") and boot_id() and doc["boot_id"] != boot_id():
+        return False  # the machine rebooted since
+    pid = doc.get("pid")
+    if not isinstance(pid, int):
+        return None
+    start = process_start(pid)
+    if start is None:
+        return False
+    return doc.get("proc_start") in (None, start)
+
+
+def _counter_now(cg: dict[str, Any]) -> int | None:
+    """The OOM-kill counter of the record's cgroup, read again now (None: gone/unreadable)."""
+    path, version = cg.get("path"), cg.get("version")
+    if not path:
+        return None
+    name = "memory.events" if version == 2 else "memory.oom_control"
+    try:
+        with open(os.path.join(path, name)) as f:
+            for line in f:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _kernel_log_names(pid: int) -> bool:
+    """Whether the kernel log says it OOM-killed ``pid`` (root only; never blocks)."""
+    try:
+        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return False
+    needle = f"Killed process {pid} (".encode()
+    try:
+        for _ in range(100_000):  # the ring holds a bounded number of records
+            try:
+                rec = os.read(fd, 8192)
+            except BlockingIOError:
+                return False
+            except OSError:  # EPIPE: a record was overwritten while reading; go on
+                continue
+            if not rec:
+                return False
+            if needle in rec and b"oom" in rec.lower():
+                return True
+        return False
+    finally:
+        os.close(fd)
+
+
+def judge(doc: dict[str, Any]) -> dict[str, Any]:
+    """How the record's run ended: ``state`` ``running``, ``unclean`` or ``unknown`` (another
+    host), and for an unclean end whether the kernel's OOM killer did it, and why that is said.
+    A record already judged (an ended one) keeps its judgement."""
+    if isinstance(doc.get("end"), dict):
+        return dict(doc["end"])
+    alive = _alive(doc)
+    if alive is None:
+        return {"state": "unknown", "oom_killed": None,
+                "why": f"recorded on host {doc.get('host')!r}: run `memwatch ls` there"}
+    if alive:
+        return {"state": "running", "oom_killed": None, "why": "the process is alive"}
+    cg = doc.get("cgroup") or {}
+    last = cg.get("oom_kills")
+    now = _counter_now(cg) if cg else None
+    if isinstance(last, int) and now is not None and now > last:
+        return {"state": "unclean", "oom_killed": True, "oom_kills_seen": last,
+                "oom_kills_now": now,
+                "why": f"the cgroup's OOM-kill counter rose from {last} to {now} after the last "
+                       "record"}
+    if isinstance(doc.get("pid"), int) and _kernel_log_names(doc["pid"]):
+        return {"state": "unclean", "oom_killed": True,
+                "why": "the kernel log names the process as OOM-killed"}
+    why = ("the cgroup's OOM-kill counter did not rise" if now is not None
+           else "no OOM-kill evidence could be read (the cgroup is gone or there was none)")
+    return {"state": "unclean", "oom_killed": False, "oom_kills_now": now, "why": why}
+
+
+def summary_line(doc: dict[str, Any], end: dict[str, Any] | None = None) -> str:
+    """One line for ``memwatch ls``: the end, the step, the cgroup's fill and the verdict."""
+    end = end or judge(doc)
+    latest = doc.get("latest") or {}
+    parts = [f"pid {doc.get('pid')} on {doc.get('host')}", f"step {doc.get('step')}"]
+    ws, lim = latest.get("cgroup.working_set"), latest.get("cgroup.limit")
+    if isinstance(ws, (int, float)) and isinstance(lim, (int, float)) and lim > 0:
+        parts.append(f"cgroup at {ws / lim:.0%} of {fmt_bytes(lim)}")
+    cg = doc.get("cgroup") or {}
+    if cg.get("oom_kills") is not None:
+        seen = cg.get("oom_kills_at_start")
+        now = end.get("oom_kills_now", cg.get("oom_kills"))
+        parts.append(f"oom_kill counter {seen} at start, {now} now")
+    state = end.get("state")
+    if state == "running":
+        verdict = "running"
+    elif state == "unknown":
+        verdict = "state unknown (" + str(end.get("why")) + ")"
+    elif end.get("oom_killed"):
+        verdict = "killed by the kernel's OOM killer"
+    else:
+        verdict = "ended without a clean close"
+    return f"{verdict} at step {doc.get('step')}: " + ", ".join(parts[0:1] + parts[2:])
+
+
+def retire(path: Path, doc: dict[str, Any], end: dict[str, Any]) -> Path:
+    """Move a dead run's record to ``ended/`` with its judgement: it is reported once."""
+    doc = {**doc, "end": end}
+    when = _dt.datetime.fromtimestamp(float(doc.get("updated_unix") or 0.0), _dt.timezone.utc)
+    dest = path.parent / ENDED_SUBDIR / f"{when:%Y%m%dT%H%M%SZ}-{path.name}"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=1))
+    os.replace(tmp, dest)
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return dest

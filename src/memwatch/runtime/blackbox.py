@@ -1,0 +1,163 @@
+"""The black box: a small record of the run, rewritten every few seconds, that survives SIGKILL.
+
+A daemon thread rewrites ``<out_dir>/blackbox/<host>-pid<pid>.json`` every ``every_s`` seconds
+(default 5): the latest sample, the last ``keep`` snapshots (one per rewrite: ten minutes at
+the default), the latest findings, the memory cgroup and its OOM-kill counter, the step and the
+epoch. Never per step, never on the training thread: ``mw.step()`` does not change. The file is
+written to a temporary name and renamed over the old one, so a kill mid-write leaves the
+previous record whole; it stays a few hundred KB at most (bounded snapshots and findings). A
+clean ``close()`` removes it. See :mod:`memwatch.bundle.blackbox` for how records are judged.
+
+At start, records in the same ``out_dir`` left by processes of this host that no longer exist
+are reported once (a log warning naming how the run ended) and moved to ``blackbox/ended/``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import logging
+import math
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from memwatch._version import __version__
+from memwatch.bundle import blackbox as fmt
+from memwatch.core.protocols import SessionView
+
+__all__ = ["BlackBox", "report_previous"]
+
+log = logging.getLogger("memwatch")
+
+#: Findings kept in the record (the newest).
+_FINDINGS = 20
+
+
+def _finite(d: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in d.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+
+
+class BlackBox:
+    """Keeps the record of one watched process up to date on disk (see the module doc)."""
+
+    def __init__(self, view: SessionView, out_dir: str, every_s: float = 5.0,
+                 keep: int = 120) -> None:
+        self.view = view
+        self.path = fmt.record_path(out_dir)
+        self.every_s = every_s
+        self._snapshots: collections.deque[dict[str, Any]] = collections.deque(maxlen=keep)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+        self._static: dict[str, Any] = {}
+        self._kills_at_start: int | None = None
+        #: Rewrites done, bytes of the last one, and seconds the last one took.
+        self.writes = 0
+        self.last_bytes = 0
+        self.last_write_s = 0.0
+
+    def start(self) -> None:
+        info = self.view.cgroup_info()
+        self._kills_at_start = self.view.oom_kill_count()
+        self._static = {
+            "schema": fmt.SCHEMA, "kind": "memwatch-blackbox", "memwatch": __version__,
+            "host": socket.gethostname(), "pid": self._pid,
+            "proc_start": fmt.process_start(self._pid), "boot_id": fmt.boot_id(),
+            "started_unix": time.time(), "out_dir": str(self.view.out_dir),
+            "rank": dict(self.view.rank), "job": dict(self.view.job or {}),
+            "cgroup_static": info,
+        }
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.write()
+        self._thread = threading.Thread(target=self._run, name="memwatch-blackbox", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.write()
+            except Exception:  # noqa: BLE001 - the thread must survive anything
+                log.debug("memwatch: black box rewrite failed", exc_info=True)
+
+    def document(self) -> dict[str, Any]:
+        """The record as it would be written now."""
+        v = self.view
+        latest = _finite(v.latest())
+        now = time.time()
+        self._snapshots.append({"t": now, "step": v.step_count, "epoch": v.epoch,
+                                "values": latest})
+        info = self._static.get("cgroup_static")
+        cgroup = None
+        if info is not None:
+            cgroup = {**info, "oom_kills_at_start": self._kills_at_start,
+                      "oom_kills": v.oom_kill_count()}
+        findings = [f.to_dict() for f in list(v.findings)[-_FINDINGS:]]
+        return {**{k: val for k, val in self._static.items() if k != "cgroup_static"},
+                "updated_unix": now, "step": v.step_count, "epoch": v.epoch,
+                "latest": latest, "limits": _finite(v.limits()), "cgroup": cgroup,
+                "findings": findings, "samples": list(self._snapshots)}
+
+    def write(self) -> None:
+        """Rewrite the record now (atomically)."""
+        t0 = time.perf_counter()
+        data = json.dumps(self.document(), separators=(",", ":"), default=str).encode()
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, self.path)
+        self.writes += 1
+        self.last_bytes = len(data)
+        self.last_write_s = time.perf_counter() - t0
+
+    def close(self) -> None:
+        """A clean end: stop rewriting and remove the record (only the process that made it)."""
+        self._stop.set()
+        t, self._thread = self._thread, None
+        if os.getpid() != self._pid:
+            return
+        if t is not None:
+            t.join(5.0)
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+        with contextlib.suppress(OSError):
+            self.path.with_name(self.path.name + ".tmp").unlink()
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: no thread, and never touch the parent's record."""
+        self._thread = None
+        self._pid = -1
+
+
+def report_previous(out_dir: str) -> list[dict[str, Any]]:
+    """Report, once, every run in ``out_dir`` that ended without a clean close: a warning each,
+    and the record moved to ``blackbox/ended/``. Returns their records (with ``end``)."""
+    base = Path(out_dir) / fmt.BLACKBOX_SUBDIR
+    reported = []
+    try:
+        files = sorted(base.glob("*.json"))
+    except OSError:
+        return []
+    for path in files:
+        try:
+            doc = fmt.read_record(path)
+        except ValueError:
+            continue
+        if doc.get("pid") == os.getpid() and doc.get("host") == socket.gethostname():
+            continue
+        end = fmt.judge(doc)
+        if end["state"] != "unclean":
+            continue
+        try:
+            dest = fmt.retire(path, doc, end)
+        except OSError as e:
+            log.debug("memwatch: could not move %s (%s)", path, e)
+            dest = path
+        log.warning("memwatch: previous run in %s: %s (%s); its last record: %s",
+                    out_dir, fmt.summary_line(doc, end), end["why"], dest)
+        reported.append({**doc, "end": end, "path": str(dest)})
+    return reported
