@@ -198,8 +198,9 @@ def summary_line(doc: dict[str, Any], end: dict[str, Any] | None = None) -> str:
     cg = doc.get("cgroup") or {}
     if cg.get("oom_kills") is not None:
         seen = cg.get("oom_kills_at_start")
-        now = end.get("oom_kills_now", cg.get("oom_kills"))
-        parts.append(f"oom_kill counter {seen} at start, {now} now")
+        now = end.get("oom_kills_now")
+        parts.append(f"oom_kill counter {seen} at start, " + (
+            f"{now} now" if now is not None else f"{cg.get('oom_kills')} at the last record"))
     state = end.get("state")
     if state == "running":
         verdict = "running"

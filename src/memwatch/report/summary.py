@@ -30,7 +30,7 @@ __all__ = ["Summary", "summarize"]
 
 # Timeline metrics shown, in order of interest, when present.
 SHOWN_METRICS: tuple[str, ...] = ("device.allocated", "device.reserved", "host.rss", "host.uss",
-                                  "workers.rss", "workers.uss")
+                                  "workers.rss", "workers.uss", "cgroup.working_set")
 MAX_TIMELINE_POINTS = 400
 TAIL_SECONDS = 300.0
 
@@ -66,6 +66,11 @@ def _headline(manifest: dict[str, Any], exc: dict[str, Any] | None) -> str:
         "other": "The run failed with an exception that is not an OOM",
     }.get(str(cls), f"Bundle written on {trigger}")
     nums = (exc or {}).get("numbers") or {}
+    if nums.get("kernel_oom_kills"):
+        who = (f"DataLoader worker {nums['worker_pid']}" if "worker_pid" in nums
+               else "a process of this job")
+        what += (f": the kernel's OOM killer killed {who} (the memory cgroup's OOM-kill counter "
+                 f"rose by {nums['kernel_oom_kills']} during the run)")
     if "tried_to_allocate" in nums:
         what += f" while allocating {fmt_bytes(nums['tried_to_allocate'])}"
     if "free" in nums and "total_capacity" in nums:
