@@ -17,6 +17,18 @@ from memwatch.probes.base import DEVICE_FAST_KEYS
 from memwatch.testing import FakeDevice
 
 HOST_KEYS = {"host.rss", "host.uss", "host.pss", "host.swap"}
+
+
+def _host_keys() -> set[str]:
+    """This process's host keys here: the process's, plus its memory cgroup's and the machine's
+    where Linux has them (memwatch.probes.cgroup)."""
+    from memwatch.probes.cgroup import CgroupProbe
+
+    p = CgroupProbe()
+    try:
+        return HOST_KEYS | set(p.slow_keys)
+    finally:
+        p.close()
 WORKER_KEYS = {"workers.count", "workers.rss", "workers.uss", "workers.pss", "workers.max_uss"}
 
 
@@ -29,7 +41,7 @@ def test_latest_keys_cpu_host_only(tmp_path: Path) -> None:
         assert mw.latest() == {}  # nothing sampled yet
         mw.step()
         latest = mw.latest()
-    assert set(latest) == HOST_KEYS
+    assert set(latest) == _host_keys()
     assert latest["host.rss"] > 0
     assert latest["host.uss"] > 0 and latest["host.pss"] > 0  # polled once at start()
 
@@ -40,7 +52,7 @@ def test_latest_keys_with_device_host_and_workers(tmp_path: Path) -> None:
         dev.set(allocated=5 * 2**20, reserved=8 * 2**20)
         mw.step()
         latest = mw.latest()
-    assert set(latest) == set(DEVICE_FAST_KEYS) | {"device.free", "device.total"} | HOST_KEYS | (
+    assert set(latest) == set(DEVICE_FAST_KEYS) | {"device.free", "device.total"} | _host_keys() | (
         WORKER_KEYS
     )
     assert latest["device.allocated"] == 5 * 2**20
