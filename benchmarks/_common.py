@@ -18,9 +18,11 @@ child process too, and the corpus's RSS sizes were measured without those module
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 
@@ -121,3 +123,14 @@ def print_repeat(r: int, repeats: int, per_repeat: dict[str, list[dict[str, floa
     """The progress line after a repeat: each variant's median step time."""
     print(f"repeat {r + 1}/{repeats}: " + "  ".join(
         f"{v} {per_repeat[v][-1]['median_s'] * 1e3:.3f} ms" for v in variants), flush=True)
+
+
+def write_results(path: str | Path, quick: bool, **sections: Any) -> Path:
+    """Write a benchmark's JSON (``meta``: platform, versions, ``quick``, load) and say where."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": {**platform_info(), "quick": quick,
+                                        "load_avg_1min": load_avg_1min()}, **sections},
+                              indent=1))
+    print(f"results written to {out}")
+    return out

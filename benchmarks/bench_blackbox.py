@@ -15,7 +15,6 @@ Prints a table and writes ``benchmarks/results/blackbox.json``. ``--quick``: few
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -117,12 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     base = hp["off"]["ns_median"]
     print(f"median ratio, every 5 s / off: {hp['every 5 s']['ns_median'] / base:.3f}; "
           f"every 0.05 s / off: {hp['every 0.05 s']['ns_median'] / base:.3f}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": {**_common.platform_info(), "quick": args.quick,
-                                        "load_avg_1min": _common.load_avg_1min()},
-                               "rewrite": rw, "hot_path": hp}, indent=1))
-    print(f"results written to {out}")
+    _common.write_results(args.out, args.quick, rewrite=rw, hot_path=hp)
     return 0
 
 

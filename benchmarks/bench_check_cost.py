@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import statistics
 import sys
 import tempfile
@@ -191,12 +190,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{run['wall_ratio']:.3f}")
     print(f"  checks' share of wall time: {100 * run['check_share']:.2f}% (goal <= 1%)")
 
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": {**_common.platform_info(), "quick": args.quick,
-                                        "load_avg_1min": _common.load_avg_1min()},
-                               "big_heap": heap, "long_run": run}, indent=1))
-    print(f"results written to {out}")
+    _common.write_results(args.out, args.quick, big_heap=heap, long_run=run)
     return 0
 
 
