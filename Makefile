@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.memwatch-installed
 
-.PHONY: venv demo test test-fast bench lint typecheck clean
+.PHONY: venv demo test test-fast bench lint typecheck clean gpu-check
 
 venv: $(STAMP)
 
@@ -29,6 +29,12 @@ test-fast: venv
 
 bench: venv
 	$(PY) benchmarks/run_all.py
+
+# On a CUDA machine with its own python3 and nothing installed: every CUDA path, with numbers.
+# Without CUDA it runs what FakeDevice can, says so, and exits 0. OUT=dir for the reports.
+OUT ?= gpu-check-out
+gpu-check:
+	PYTHONPATH=src $(PYTHON) benchmarks/gpu_check.py --out $(OUT)
 
 lint: venv
 	$(PY) -m ruff check src tests integrations benchmarks examples

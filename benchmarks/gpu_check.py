@@ -1,0 +1,227 @@
+"""``make gpu-check``: every CUDA path memwatch has, run on the GPU this machine has, with numbers.
+
+Runs from a clean checkout with the machine's own ``python3`` and ``PYTHONPATH=src`` (nothing
+installed). Each part reports ``passed``, ``failed``, or ``not run`` with the reason (a package
+missing there, no CUDA device, a check not built yet); nothing is skipped silently. Without CUDA
+the parts that can run on :class:`memwatch.testing.FakeDevice` do, the report says that no CUDA
+device is present, and the exit status is 0. With CUDA the exit status is 1 when a part failed.
+
+Writes ``report.md`` and ``report.json`` into ``--out`` (default ``gpu-check-out/``).
+
+Parts (issue 18's list; the ones marked "not built" are reported as not run):
+
+* ``environment``: Python, torch, CUDA, device, driver, which optional packages are present;
+* ``gpu_tests``: ``pytest -m gpu tests/test_gpu_cuda.py tests/test_recorder_gpu.py``;
+* ``step_cost`` (2a): ``mw.step()`` with the device probe (median and p99 us) beside
+  ``torch.cuda.memory_allocated()`` alone and beside the CPU-only session;
+* ``no_sync`` (2b): a training loop under ``torch.cuda.set_sync_debug_mode("error")`` with
+  memwatch on: any synchronisation memwatch adds raises;
+* 2c-2i (step-time ratios per adapter in bf16, real OOMs in each adapter, device leak joined to
+  allocation sites, real fragmentation, memory outside the caching allocator, private pools,
+  report/inspect of a GPU bundle): not built yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO / "src") not in sys.path:
+    sys.path.insert(0, str(REPO / "src"))
+
+import memwatch  # noqa: E402
+
+NOT_BUILT = {
+    "2c_step_time_ratio": "bf16 step-time ratio per adapter",
+    "2d_real_oom_per_adapter": "a real CUDA OOM in watch(), Lightning, Trainer, Accelerate "
+                               "(and with expandable_segments)",
+    "2e_leak_with_allocation_site": "a device leak named and joined to its allocation site",
+    "2f_real_fragmentation": "real fragmentation finding, quiet with expandable_segments",
+    "2g_outside_allocator": "memory the caching allocator does not see (NVML - reserved)",
+    "2h_private_pools": "reserved_bytes_by_private_pools; CUDA graphs without a false leak",
+    "2i_report_of_gpu_bundle": "memwatch report/inspect of a real GPU bundle",
+}
+
+
+def _cuda() -> Any:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def environment() -> dict[str, Any]:
+    env: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform(),
+                           "memwatch": memwatch.__version__,
+                           "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(
+                               timespec="seconds")}
+    try:
+        import torch
+
+        env["torch"] = torch.__version__
+        env["cuda_available"] = torch.cuda.is_available()
+        env["torch_cuda"] = torch.version.cuda
+        if torch.cuda.is_available():
+            env["device"] = torch.cuda.get_device_name(0)
+            env["device_total_bytes"] = torch.cuda.get_device_properties(0).total_memory
+    except ImportError:
+        env["torch"] = None
+        env["cuda_available"] = False
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        env["driver"] = smi.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        env["driver"] = None
+    env["packages"] = {name: importlib.util.find_spec(name) is not None
+                       for name in ("lightning", "transformers", "accelerate", "wandb", "plotly",
+                                    "pytest", "pynvml", "rich")}
+    return env
+
+
+def gpu_tests(out: Path) -> dict[str, Any]:
+    if _cuda() is None:
+        return {"status": "not run", "reason": "no CUDA device"}
+    if importlib.util.find_spec("pytest") is None:
+        return {"status": "not run", "reason": "pytest is not installed here"}
+    xml = out / "gpu-tests.xml"
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
+           f"--junitxml={xml}", "tests/test_gpu_cuda.py", "tests/test_recorder_gpu.py"]
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800,
+                       env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    tail = (r.stdout + r.stderr)[-3000:]
+    return {"status": "passed" if r.returncode == 0 else "failed", "exit": r.returncode,
+            "output_tail": tail}
+
+
+def _timed(fn: Callable[[], Any], n: int) -> dict[str, float]:
+    ns = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        fn()
+        ns.append(time.perf_counter_ns() - t0)
+    ns.sort()
+    return {"median_us": statistics.median(ns) / 1e3, "p99_us": ns[int(0.99 * (n - 1))] / 1e3}
+
+
+def step_cost(n: int) -> dict[str, Any]:
+    torch = _cuda()
+    rows: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        if torch is not None:
+            rows["torch.cuda.memory_allocated()"] = _timed(torch.cuda.memory_allocated, n)
+            dev: Any = "cuda"
+            label = "mw.step(), CUDA probe"
+        else:
+            from memwatch.testing import FakeDevice
+
+            dev = FakeDevice(total_bytes=16 << 30)
+            label = "mw.step(), FakeDevice probe"
+        for name, device in ((label, dev), ("mw.step(), CPU only", "cpu")):
+            with memwatch.watch(device=device, workers=False, out_dir=f"{tmp}/{len(rows)}",
+                                check_every_n_steps=None, check_every_s=None,
+                                signals=False) as mw:
+                rows[name] = _timed(mw.step, n)
+    over = rows[label]["median_us"] > 10.0 and torch is not None
+    return {"status": "failed" if over else "passed", "device": "cuda" if torch else "fake",
+            "rows": rows, "note": "goal: the device read under ~10 us per step"}
+
+
+def no_sync(steps: int) -> dict[str, Any]:
+    torch = _cuda()
+    if torch is None:
+        return {"status": "not run", "reason": "no CUDA device (sync debug mode needs one)"}
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                                torch.nn.Linear(256, 1)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(64, 256, device="cuda")
+    with tempfile.TemporaryDirectory() as tmp, memwatch.watch(
+            device="cuda", workers=False, out_dir=tmp, signals=False) as mw:
+        for _ in range(10):  # warm-up outside the debug mode (lazy init may sync)
+            opt.zero_grad(set_to_none=True)
+            model(x).pow(2).mean().backward()
+            opt.step()
+            mw.step()
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(steps):
+                opt.zero_grad(set_to_none=True)
+                model(x).pow(2).mean().backward()
+                opt.step()
+                mw.step()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    return {"status": "passed", "steps": steps}
+
+
+def _guard(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - a part that breaks is reported, the rest still runs
+        return {"status": "failed", "error": f"{type(e).__name__}: {e}",
+                "traceback": traceback.format_exc()[-3000:]}
+
+
+def render(doc: dict[str, Any]) -> str:
+    env = doc["environment"]
+    lines = ["# memwatch gpu-check", "",
+             f"- date (UTC): {env['date_utc']}", f"- memwatch {env['memwatch']}, Python "
+             f"{env['python']}, torch {env.get('torch')} (CUDA {env.get('torch_cuda')})",
+             f"- device: {env.get('device') or 'no CUDA device present'}; driver "
+             f"{env.get('driver')}",
+             "- packages: " + ", ".join(f"{k} {'yes' if v else 'no'}"
+                                        for k, v in env["packages"].items()), "",
+             "| part | status | detail |", "|---|---|---|"]
+    for name, part in doc["parts"].items():
+        detail = part.get("reason") or part.get("error") or part.get("note") or ""
+        lines.append(f"| {name} | {part['status']} | {detail} |")
+    sc = doc["parts"].get("step_cost", {}).get("rows")
+    if sc:
+        lines += ["", "Per-step cost:", "", "| read | median us | p99 us |", "|---|---|---|"]
+        lines += [f"| {k} | {v['median_us']:.2f} | {v['p99_us']:.2f} |" for k, v in sc.items()]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="gpu-check-out", help="folder for report.md and report.json")
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    n = 2_000 if args.quick else 20_000
+    parts: dict[str, dict[str, Any]] = {
+        "gpu_tests": _guard(lambda: gpu_tests(out)),
+        "step_cost": _guard(lambda: step_cost(n)),
+        "no_sync": _guard(lambda: no_sync(50 if args.quick else 500)),
+    }
+    for key, what in NOT_BUILT.items():
+        parts[key] = {"status": "not run", "reason": f"not built yet (issue 18): {what}"}
+    doc = {"environment": environment(), "parts": parts}
+    (out / "report.json").write_text(json.dumps(doc, indent=1, default=str))
+    (out / "report.md").write_text(render(doc))
+    print(render(doc))
+    if not doc["environment"].get("cuda_available"):
+        print("no CUDA device is present: the CUDA parts were not run (exit 0)")
+        return 0
+    return 1 if any(p["status"] == "failed" for p in parts.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
