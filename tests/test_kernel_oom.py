@@ -161,7 +161,7 @@ def test_kill_9_leaves_a_black_box(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_clean_close_leaves_no_record(tmp_path: Path) -> None:
-    with memwatch.watch(device="cpu", workers=False, out_dir=str(tmp_path),
+    with memwatch.watch(device="cpu", workers=False, out_dir=str(tmp_path), interval_s=0.05,
                         blackbox_every_s=0.05) as mw:
         for _ in range(20):
             mw.step()

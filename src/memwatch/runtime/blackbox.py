@@ -1,8 +1,10 @@
 """The black box: a small record of the run, rewritten every few seconds, that survives SIGKILL.
 
-A daemon thread rewrites ``<out_dir>/blackbox/<host>-pid<pid>.json`` every ``every_s`` seconds
-(default 5): the latest sample, the last ``keep`` snapshots (one per rewrite: ten minutes at
-the default), the latest findings, the memory cgroup and its OOM-kill counter, the step and the
+The background sampler's thread (no thread of its own: every thread costs address space, which
+runs under an address-space limit cannot spare) rewrites
+``<out_dir>/blackbox/<host>-pid<pid>.json`` every ``every_s`` seconds (default 5; no more often
+than the sampler's ``interval_s``): the latest sample, the last ``keep`` snapshots (one per
+rewrite: ten minutes at the default), the latest findings, the memory cgroup and its OOM-kill counter, the step and the
 epoch. Never per step, never on the training thread: ``mw.step()`` does not change. The file is
 written to a temporary name and renamed over the old one, so a kill mid-write leaves the
 previous record whole; it stays a few hundred KB at most (bounded snapshots and findings). A
@@ -51,8 +53,9 @@ class BlackBox:
         self.path = fmt.record_path(out_dir)
         self.every_s = every_s
         self._snapshots: collections.deque[dict[str, Any]] = collections.deque(maxlen=keep)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # a rewrite and close() never interleave
+        self._closed = False
+        self._due = math.inf
         self._pid = os.getpid()
         self._static: dict[str, Any] = {}
         self._kills_at_start: int | None = None
@@ -62,6 +65,7 @@ class BlackBox:
         self.last_write_s = 0.0
 
     def start(self) -> None:
+        """Write the first record now; :meth:`tick` rewrites it from then on."""
         info = self.view.cgroup_info()
         self._kills_at_start = self.view.oom_kill_count()
         self._static = {
@@ -74,15 +78,18 @@ class BlackBox:
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.write()
-        self._thread = threading.Thread(target=self._run, name="memwatch-blackbox", daemon=True)
-        self._thread.start()
+        self._due = time.monotonic() + self.every_s
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            try:
-                self.write()
-            except Exception:  # noqa: BLE001 - the thread must survive anything
-                log.debug("memwatch: black box rewrite failed", exc_info=True)
+    def tick(self) -> None:
+        """Rewrite the record when it is due (called by the background sampler after a pass)."""
+        now = time.monotonic()
+        if now < self._due:
+            return
+        self._due = now + self.every_s
+        try:
+            self.write()
+        except Exception:  # noqa: BLE001 - the sampler must survive anything
+            log.debug("memwatch: black box rewrite failed", exc_info=True)
 
     def document(self) -> dict[str, Any]:
         """The record as it would be written now."""
@@ -104,32 +111,34 @@ class BlackBox:
 
     def write(self) -> None:
         """Rewrite the record now (atomically)."""
-        t0 = time.perf_counter()
-        data = json.dumps(self.document(), separators=(",", ":"), default=str).encode()
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, self.path)
-        self.writes += 1
-        self.last_bytes = len(data)
-        self.last_write_s = time.perf_counter() - t0
+        with self._lock:
+            if self._closed or os.getpid() != self._pid:
+                return
+            t0 = time.perf_counter()
+            data = json.dumps(self.document(), separators=(",", ":"), default=str).encode()
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, self.path)
+            self.writes += 1
+            self.last_bytes = len(data)
+            self.last_write_s = time.perf_counter() - t0
 
     def close(self) -> None:
         """A clean end: stop rewriting and remove the record (only the process that made it)."""
-        self._stop.set()
-        t, self._thread = self._thread, None
-        if os.getpid() != self._pid:
-            return
-        if t is not None:
-            t.join(5.0)
-        with contextlib.suppress(OSError):
-            self.path.unlink()
-        with contextlib.suppress(OSError):
-            self.path.with_name(self.path.name + ".tmp").unlink()
+        with self._lock:
+            self._closed = True
+            if os.getpid() != self._pid:
+                return
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            with contextlib.suppress(OSError):
+                self.path.with_name(self.path.name + ".tmp").unlink()
 
     def forget_after_fork(self) -> None:
-        """In a forked child: no thread, and never touch the parent's record."""
-        self._thread = None
+        """In a forked child: never touch the parent's record (a fresh lock: the parent's may
+        have been held by the sampler thread at the fork)."""
+        self._lock = threading.Lock()
         self._pid = -1
 
 

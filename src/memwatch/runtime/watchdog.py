@@ -142,7 +142,8 @@ def holders(latest: Mapping[str, float], total: float) -> str:
     """Who holds a memory cgroup's working set: this process, its DataLoader workers, the rest
     (page cache not yet reclaimed, shared pages, other processes of the job), largest named.
 
-    >>> holders({"host.rss": 600.0, "workers.uss": 300.0, "workers.count": 2.0}, 1000.0)[-32:]
+    >>> holders({"host.rss": 600.0, "workers.uss": 300.0, "workers.count": 2.0}, 1000.0
+    ...         ).split("; ")[-1]
     'largest: the training process'
     """
     parts: list[tuple[str, float]] = []

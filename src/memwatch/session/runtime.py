@@ -47,6 +47,7 @@ class RuntimeParts:
     rank_last_seen: list[Any]
     job: dict[str, Any]
     _exchange: Any
+    _sampler: Any
     _sinks: SinkSet
     _schedule: Schedule
     _next_due: int
@@ -83,6 +84,8 @@ class RuntimeParts:
                 self.blackbox = BlackBox(self.view, str(self.config.out_dir),
                                          every_s=self.config.blackbox_every_s)
                 self.blackbox.start()
+                if self._sampler is not None:  # its thread rewrites the record
+                    self._sampler.after_poll = self.blackbox.tick
             except Exception as e:  # noqa: BLE001
                 self.blackbox = None
                 self._disable("black box", e)

@@ -66,6 +66,8 @@ class BackgroundSampler:
     def __init__(self, reader: SlowReader, interval_s: float) -> None:
         self.reader = reader
         self.interval_s = interval_s
+        #: Called on this thread after each pass (the black box's rewrite); must not raise.
+        self.after_poll: Callable[[], None] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -80,6 +82,8 @@ class BackgroundSampler:
         while not self._stop.wait(self.interval_s):
             try:
                 self.reader.poll()
+                if self.after_poll is not None:
+                    self.after_poll()
             except Exception:  # noqa: BLE001 - the thread must survive anything
                 log.warning("memwatch: background sampler pass failed", exc_info=True)
 
