@@ -24,6 +24,14 @@ MIB = 1 << 20
 KEPT: list[bytearray] = []
 
 
+def _victim(_: int) -> None:
+    """Make this worker the kernel's first choice: the OOM killer picks by size, and the main
+    process (torch, memwatch, received batches) is sometimes larger than a worker at the moment
+    of the kill (1 run in ~15 on this machine). The test is about a killed worker."""
+    with open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")
+
+
 class Growing(Dataset[torch.Tensor]):
     """Each item read keeps 8 MiB in the worker that read it (a per-worker cache gone wrong)."""
 
@@ -46,7 +54,8 @@ def main() -> int:
                         signals=False) as mw:
         print("ready", flush=True)
         if mode == "worker":
-            loader = DataLoader(Growing(), batch_size=1, num_workers=2, persistent_workers=True)
+            loader = DataLoader(Growing(), batch_size=1, num_workers=2, persistent_workers=True,
+                                worker_init_fn=_victim)
             batches = iter(loader)
         for step in range(1_000_000):
             x = next(batches) if mode == "worker" else torch.zeros(1, 4)
