@@ -4,11 +4,12 @@ The background sampler's thread (no thread of its own: every thread costs addres
 runs under an address-space limit cannot spare) rewrites
 ``<out_dir>/blackbox/<host>-pid<pid>.json`` every ``every_s`` seconds (default 5; no more often
 than the sampler's ``interval_s``): the latest sample, the last ``keep`` snapshots (one per
-rewrite: ten minutes at the default), the latest findings, the memory cgroup and its OOM-kill counter, the step and the
-epoch. Never per step, never on the training thread: ``mw.step()`` does not change. The file is
-written to a temporary name and renamed over the old one, so a kill mid-write leaves the
-previous record whole; it stays a few hundred KB at most (bounded snapshots and findings). A
-clean ``close()`` removes it. See :mod:`memwatch.bundle.blackbox` for how records are judged.
+rewrite: ten minutes at the default), the latest findings, the memory cgroup and its OOM-kill
+counter, the step and the epoch. Never per step, never on the training thread: ``mw.step()``
+does not change. The file is written to a temporary name and renamed over the old one, so a kill
+mid-write leaves the previous record whole; it stays a few hundred KB at most (bounded snapshots
+and findings). A clean ``close()`` removes it. See :mod:`memwatch.bundle.blackbox` for how
+records are judged.
 
 At start, records in the same ``out_dir`` left by processes of this host that no longer exist
 are reported once (a log warning naming how the run ended) and moved to ``blackbox/ended/``.

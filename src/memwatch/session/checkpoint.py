@@ -158,9 +158,13 @@ class Checkpointing:
         try:
             for i, e in enumerate(detailed):
                 # A census counts the objects alive now: taken once, at the last restored epoch,
-                # it is the baseline the first check after the restart compares with. The
+                # it is the baseline the first check after the restart compares with, so it is
+                # taken whatever "auto" would decide (a large heap, an epoch that looked flat):
+                # without it the first verdict after a restart would wait one more epoch. The
                 # allocation tracer's diffs belong to this process's checks: none here.
-                census = self.config.census if i == len(detailed) - 1 else "skip"
+                last = i == len(detailed) - 1
+                census = "skip" if not last else (
+                    "never" if self.config.census == "never" else "always")
                 ctx = CheckContext(origin=Origin(epoch=e.epoch, step=e.end_step,
                                                  stage=self.config.stage),
                                    limits=self.limits(), total_steps=self.total_steps,
