@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from memwatch.core.units import fmt_bytes
+from memwatch.probes.cgroup import read_oom_kills
 
 __all__ = ["BLACKBOX_SUBDIR", "ENDED_SUBDIR", "SCHEMA", "boot_id", "find_records", "judge",
            "process_start", "read_record", "record_path", "retire", "summary_line"]
@@ -85,11 +86,13 @@ def read_record(path: str | os.PathLike[str]) -> dict[str, Any]:
     return doc
 
 
-def find_records(out_dir: str | os.PathLike[str]) -> list[tuple[Path, dict[str, Any]]]:
-    """Every readable record under ``out_dir`` (live and ended), oldest first."""
+def find_records(out_dir: str | os.PathLike[str],
+                 ended: bool = True) -> list[tuple[Path, dict[str, Any]]]:
+    """Every readable record under ``out_dir`` (live, and ended ones unless ``ended=False``),
+    oldest first."""
     base = Path(out_dir) / BLACKBOX_SUBDIR
     out = []
-    for d in (base, base / ENDED_SUBDIR):
+    for d in (base, base / ENDED_SUBDIR) if ended else (base,):
         try:
             files = sorted(d.glob("*.json"))
         except OSError:
@@ -121,18 +124,7 @@ def _alive(doc: dict[str, Any]) -> bool | None:
 def _counter_now(cg: dict[str, Any]) -> int | None:
     """The OOM-kill counter of the record's cgroup, read again now (None: gone/unreadable)."""
     path, version = cg.get("path"), cg.get("version")
-    if not path:
-        return None
-    name = "memory.events" if version == 2 else "memory.oom_control"
-    try:
-        with open(os.path.join(path, name)) as f:
-            for line in f:
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value)
-    except (OSError, ValueError):
-        return None
-    return None
+    return read_oom_kills(path, version) if path and version in (1, 2) else None
 
 
 def _kernel_log_names(pid: int) -> bool:

@@ -60,7 +60,7 @@ from memwatch.probes.cgroup_locate import (
 )
 
 __all__ = ["BYTE_KEYS", "CgroupLocation", "CgroupProbe", "Unavailable", "locate",
-           "parse_mountinfo", "parse_proc_cgroup"]
+           "parse_mountinfo", "parse_proc_cgroup", "read_oom_kills"]
 
 #: cgroup v1 reports "no limit" as PAGE_COUNTER_MAX pages (0x7FFFFFFFFFFFF000 with 4 KiB pages);
 #: anything this large is no limit.
@@ -352,6 +352,16 @@ class CgroupProbe:
         if self._meminfo is not None:
             self._meminfo.close()
             self._meminfo = None
+
+
+def read_oom_kills(path: str, version: int) -> int | None:
+    """The OOM-kill counter of the cgroup at ``path`` (v1 or v2), read once by path; None when
+    it is gone or unreadable (a dead run's cgroup, judged afterwards from its black box)."""
+    try:
+        with open(os.path.join(path, _LAYOUT[version].events), "rb") as f:
+            return _field(f.read(), b"oom_kill")
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def _num(v: int | None) -> float:

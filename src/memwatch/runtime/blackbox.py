@@ -26,7 +26,6 @@ import os
 import socket
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from memwatch._version import __version__
@@ -146,17 +145,8 @@ class BlackBox:
 def report_previous(out_dir: str) -> list[dict[str, Any]]:
     """Report, once, every run in ``out_dir`` that ended without a clean close: a warning each,
     and the record moved to ``blackbox/ended/``. Returns their records (with ``end``)."""
-    base = Path(out_dir) / fmt.BLACKBOX_SUBDIR
     reported = []
-    try:
-        files = sorted(base.glob("*.json"))
-    except OSError:
-        return []
-    for path in files:
-        try:
-            doc = fmt.read_record(path)
-        except ValueError:
-            continue
+    for path, doc in fmt.find_records(out_dir, ended=False):
         if doc.get("pid") == os.getpid() and doc.get("host") == socket.gethostname():
             continue
         end = fmt.judge(doc)
