@@ -107,12 +107,9 @@ class SessionView(Protocol):
 
     def limits(self) -> dict[str, float]: ...
 
-    def oom_kill_count(self) -> int | None:
-        """The memory cgroup's OOM-kill counter now (one read); None without a cgroup."""
-        ...
-
     def cgroup_info(self) -> dict[str, Any] | None:
-        """Which memory cgroup is watched, its version and limit; None without one."""
+        """Which memory cgroup is watched, its version and limit, and its OOM-kill counter at
+        the session's start and now (``oom_kills_at_start``, ``oom_kills``); None without one."""
         ...
 
     def worker_reading(self, pid: int) -> dict[str, float] | None:

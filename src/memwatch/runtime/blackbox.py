@@ -58,7 +58,6 @@ class BlackBox:
         self._due = math.inf
         self._pid = os.getpid()
         self._static: dict[str, Any] = {}
-        self._kills_at_start: int | None = None
         #: Rewrites done, bytes of the last one, and seconds the last one took.
         self.writes = 0
         self.last_bytes = 0
@@ -66,15 +65,12 @@ class BlackBox:
 
     def start(self) -> None:
         """Write the first record now; :meth:`tick` rewrites it from then on."""
-        info = self.view.cgroup_info()
-        self._kills_at_start = self.view.oom_kill_count()
         self._static = {
             "schema": fmt.SCHEMA, "kind": "memwatch-blackbox", "memwatch": __version__,
             "host": socket.gethostname(), "pid": self._pid,
             "proc_start": fmt.process_start(self._pid), "boot_id": fmt.boot_id(),
             "started_unix": time.time(), "out_dir": str(self.view.out_dir),
             "rank": dict(self.view.rank), "job": dict(self.view.job or {}),
-            "cgroup_static": info,
         }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.write()
@@ -98,15 +94,9 @@ class BlackBox:
         now = time.time()
         self._snapshots.append({"t": now, "step": v.step_count, "epoch": v.epoch,
                                 "values": latest})
-        info = self._static.get("cgroup_static")
-        cgroup = None
-        if info is not None:
-            cgroup = {**info, "oom_kills_at_start": self._kills_at_start,
-                      "oom_kills": v.oom_kill_count()}
         findings = [f.to_dict() for f in list(v.findings)[-_FINDINGS:]]
-        return {**{k: val for k, val in self._static.items() if k != "cgroup_static"},
-                "updated_unix": now, "step": v.step_count, "epoch": v.epoch,
-                "latest": latest, "limits": _finite(v.limits()), "cgroup": cgroup,
+        return {**self._static, "updated_unix": now, "step": v.step_count, "epoch": v.epoch,
+                "latest": latest, "limits": _finite(v.limits()), "cgroup": v.cgroup_info(),
                 "findings": findings, "samples": list(self._snapshots)}
 
     def write(self) -> None:

@@ -125,7 +125,6 @@ class FlightRecorder:
         self._history_on = False
         #: >0 inside ``MemWatch.capture_oom()``: OOMs get a bundle whatever ``bundle_on`` says.
         self.forced = 0
-        self._kills_at_start: int | None = None  # the cgroup's OOM-kill counter at start()
         self._active = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -137,7 +136,6 @@ class FlightRecorder:
         except OSError as e:
             log.warning("memwatch: could not clean %s (%s)", self.oom_root, e)
         self._warm_imports()
-        self._kills_at_start = self._kernel_kills_now()
         dev = self.view.device
         self._static_env = environment_static(dev)
         self._arm_reserve()
@@ -158,25 +156,25 @@ class FlightRecorder:
         atexit.register(self._atexit)
         self._active = True
 
-    def _kernel_kills_now(self) -> int | None:
-        """The memory cgroup's OOM-kill counter now, or None without a readable cgroup."""
+    def _cgroup_info(self) -> dict[str, Any] | None:
         try:
-            return self.view.oom_kill_count()
-        except Exception:  # noqa: BLE001
+            return self.view.cgroup_info()
+        except Exception:  # noqa: BLE001 - never in the way of a bundle
             return None
 
     def kernel_oom_kills(self) -> int:
         """Processes the kernel's OOM killer killed in this run's cgroup since it started."""
-        now, start = self._kernel_kills_now(), self._kills_at_start
+        info = self._cgroup_info() or {}
+        now, start = info.get("oom_kills"), info.get("oom_kills_at_start")
         return max(0, now - start) if now is not None and start is not None else 0
 
     def _cgroup_doc(self, cls: Classification | None) -> dict[str, Any] | None:
         """The cgroup at the failure, and the killed worker's last reading when one was."""
-        info = self.view.cgroup_info()
+        info = self._cgroup_info()
         if info is None:
             return None
-        doc: dict[str, Any] = {**info, "oom_kills_at_start": self._kills_at_start,
-                               "oom_kills_now": self._kernel_kills_now()}
+        now = info.pop("oom_kills", None)
+        doc: dict[str, Any] = {**info, "oom_kills_now": now}
         pid = cls.numbers.get("worker_pid") if cls is not None else None
         if pid is not None:
             doc["killed_worker"] = self.view.worker_reading(pid)

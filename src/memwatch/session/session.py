@@ -198,6 +198,7 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
         self._pid = os.getpid()
         # A checkpoint's state given before start(): applied there (see load_state_dict).
         self._pending_state: dict[str, Any] | None = None
+        self._oom_kills_at_start: int | None = None  # the memory cgroup's counter at start()
 
     # ------------------------------------------------------------------ options
     def __getattr__(self, name: str) -> Any:
@@ -233,6 +234,8 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
         self.timeline = Timeline(keys, capacity=cfg.capacity,
                                  buckets_per_epoch=cfg.buckets_per_epoch)
         self._slow.poll()  # values exist from the first step on
+        cg = self._probe("cgroup")  # the baseline every later OOM-kill count is compared with
+        self._oom_kills_at_start = cg.oom_kills() if cg is not None else None
         self._sampler = BackgroundSampler(self._slow, self.interval_s)
         self._sampler.start()
         if self.analyze:
@@ -433,15 +436,14 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
         p = self._probe("workers")
         return p.last_reading(pid) if p is not None else None
 
-    def oom_kill_count(self) -> int | None:
-        """The memory cgroup's OOM-kill counter now (one read); None without a cgroup."""
-        p = self._probe("cgroup")
-        return p.oom_kills() if p is not None else None
-
     def cgroup_info(self) -> dict[str, Any] | None:
-        """Which memory cgroup is watched, its version and limit (None: no cgroup probe)."""
+        """Which memory cgroup is watched, its version and limit, and its OOM-kill counter at
+        start and now (one read); None without a cgroup probe."""
         p = self._probe("cgroup")
-        return p.describe() if p is not None else None
+        if p is None:
+            return None
+        return {**p.describe(), "oom_kills_at_start": self._oom_kills_at_start,
+                "oom_kills": p.oom_kills()}
 
     def _probe(self, name: str) -> Any:
         return next((p for p in self.probes if p.name == name), None)

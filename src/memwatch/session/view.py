@@ -41,8 +41,8 @@ class SessionReader:
     def __getattr__(self, name: str) -> Any:
         if name in _READABLE:
             return getattr(self._mw, name)
-        shown = sorted([*_READABLE, "findings", "latest()", "limits()", "oom_kill_count()",
-                        "cgroup_info()", "worker_reading()"])
+        shown = sorted([*_READABLE, "findings", "latest()", "limits()", "cgroup_info()",
+                        "worker_reading()"])
         raise AttributeError(f"a session view reads only: {', '.join(shown)}")
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -57,9 +57,6 @@ class SessionReader:
 
     def limits(self) -> dict[str, float]:
         return self._mw.limits()
-
-    def oom_kill_count(self) -> int | None:
-        return self._mw.oom_kill_count()
 
     def cgroup_info(self) -> dict[str, Any] | None:
         return self._mw.cgroup_info()
