@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from memwatch.analysis import census as C
+from memwatch.analysis import graphs as G
 from memwatch.analysis import holders as H
 
 GLOBAL_HISTORY: list[torch.Tensor] = []
@@ -47,8 +48,11 @@ def test_holder_module_global() -> None:
     GLOBAL_HISTORY.append(torch.ones(3, 3))
     h = _holder_of(GLOBAL_HISTORY[-1])
     assert h.root == "global"
-    assert "GLOBAL_HISTORY" in h.path and "test_analysis_census.py" in h.path
-    assert h.container == "list"
+    # ``module.name``, no element index; the container described by its type and size
+    assert h.path == "test_analysis_census.GLOBAL_HISTORY"
+    assert h.container == "list" and h.elements == "tensors"
+    assert h.describe(1) == (f"test_analysis_census.GLOBAL_HISTORY (list, "
+                             f"{len(GLOBAL_HISTORY)} tensors, +1 since the last check)")
 
 
 class Trainer:
@@ -61,8 +65,10 @@ def test_holder_attribute_dict_cache() -> None:
     tr.cache[7] = torch.ones(2, 2)
     holder = {"trainer": tr}  # noqa: F841 - keeps tr reachable from a local only
     h = _holder_of(tr.cache[7])
-    assert ".cache[7]" in h.path
-    assert h.container == "dict"
+    # a cache's key (an int) says nothing: the attribute is the name
+    assert h.path.endswith("Trainer.cache") or h.path.endswith(".cache"), h.path
+    assert "[7]" not in h.path
+    assert h.container == "dict" and h.container_len == 1
 
 
 def test_holder_hook_closure() -> None:
@@ -101,7 +107,8 @@ def test_holder_stored_traceback_frame() -> None:
     h = _holder_of(t)
     del t
     assert h.via_traceback
-    assert "local `big` of step()" in h.path and "__traceback__" in h.path
+    assert "step() (test_analysis_census.py:" in h.path and ": local big" in h.path
+    assert "__traceback__" in h.path
 
 
 def test_holder_bounded_deque_is_named_too() -> None:
@@ -109,15 +116,18 @@ def test_holder_bounded_deque_is_named_too() -> None:
     recent.append(torch.ones(1))
     holder = [recent]  # noqa: F841
     h = _holder_of(recent[0])
-    assert h.container == "deque"
+    # named at the outermost container below the name: a list of one deque
+    assert h.path.endswith(": local holder"), h.path
+    assert (h.container, h.container_len, h.elements) == ("list", 1, "deques")
+    assert _holder_of(recent).describe() == h.describe()  # the walk from the deque agrees
 
 
 def test_graph_bytes_of_a_tensor_kept_with_its_graph() -> None:
     lin = torch.nn.Linear(64, 256)
     out = torch.relu(lin(torch.randn(32, 64))).sum()
-    saved, nodes = C.graph_bytes(out)
+    held, nodes = G.graph_size(out)
     assert nodes >= 3
-    assert saved >= 32 * 256 * 4  # relu's saved result at least
+    assert held >= 32 * 256 * 4  # relu's saved result at least
 
 
 def test_tensor_census_json_shape() -> None:
@@ -133,5 +143,7 @@ def test_holder_local_of_a_running_function() -> None:
     tid = id(val_outputs[1])
     h = H.find_holder(tid)
     assert h is not None
-    assert "local `val_outputs` of running test_holder_local_of_a_running_function()" in h.path
+    assert h.path.startswith("test_holder_local_of_a_running_function() (test_analysis_census.py:")
+    assert h.path.endswith(": local val_outputs"), h.path
     assert h.root == "frame"
+    assert (h.container, h.container_len, h.elements) == ("list", 3, "tensors")

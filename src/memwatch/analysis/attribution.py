@@ -19,6 +19,7 @@ from typing import Any
 
 from memwatch.analysis import census as census_mod
 from memwatch.analysis import holders as holders_mod
+from memwatch.analysis import weigh
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
 from memwatch.analysis.shapes import EpochStats
 
@@ -42,10 +43,11 @@ class Attribution:
     Attributes:
         census_note: why there is no census diff (``census="never"``, or not taken at two
             checks yet); None when there is one.
-        group: the growing group of live tensors named as the culprit (largest effective
-            growth, preferring one whose holder could be named).
+        group: the growing group of live tensors named as the culprit, or
+        container: the growing container named as the culprit (each the largest growth in
+            bytes, autograd graphs and views' bases included, whose holder could be named).
         holder: who keeps one of that group's new objects alive.
-        graph_bytes: saved-tensor bytes the group's autograd graph holds per tensor.
+        graph_bytes: bytes the group's autograd graphs grew by (nodes and saved tensors).
         explained_bytes / rss_growth_bytes: host only: what live objects explain of the RSS
             growth between the two censuses.
         retention: host growth that live objects do not explain (allocator retention).
@@ -61,6 +63,10 @@ class Attribution:
     growing_groups: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     python_object_growth: list[tuple[str, int]] = dataclasses.field(default_factory=list)
     group: census_mod.GroupGrowth | None = None
+    container: weigh.ContainerGrowth | None = None
+    chosen: Any = None  # the candidate named (group or container)
+    containers: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    graph_nodes: int = 0
     holder: holders_mod.Holder | None = None
     graph_bytes: int = 0
     effective_bytes: float = 0.0
@@ -82,11 +88,15 @@ class Attribution:
             ev.update(census_ms=self.census_ms, objects_scanned=self.objects_scanned,
                       tensors_scanned=self.tensors_scanned, census_epochs=self.census_epochs,
                       growing_groups=self.growing_groups,
-                      python_object_growth=self.python_object_growth)
+                      python_object_growth=self.python_object_growth,
+                      growing_containers=self.containers[:8], graph_nodes=self.graph_nodes)
             if self.attribution_ms is not None:
                 ev["attribution_ms"] = self.attribution_ms
             if self.group is not None:
                 ev["graph_bytes"] = self.graph_bytes
+                ev["graph_nodes_delta"] = self.group.graph_nodes_delta
+            if self.chosen is not None:
+                ev["culprit_bytes"] = self.chosen.bytes
         for name in ("explained_bytes", "rss_growth_bytes", "tracemalloc",
                      "tracemalloc_summary"):
             v = getattr(self, name)
@@ -110,7 +120,8 @@ def attribute(metric: str, cur: EpochStats, pair: tuple[CensusRecord, CensusReco
         return Attribution(census_note=why)
     prev, rec = pair
     t0 = time.perf_counter()
-    dev_prefix = "cpu" if metric.startswith("host.") else ctx.device_prefix
+    host = metric.startswith("host.")
+    dev_prefix = "cpu" if host else ctx.device_prefix
     growths = census_mod.diff(prev.census, rec.census, dev_prefix)
     types = census_mod.type_growth(prev.census, rec.census)
     out = Attribution(
@@ -119,69 +130,120 @@ def attribute(metric: str, cur: EpochStats, pair: tuple[CensusRecord, CensusReco
         tensors_scanned=rec.census.tensors,
         census_epochs=[prev.epoch, rec.epoch],
         growing_groups=[{**g.group.to_dict(), "count_delta": g.count_delta,
-                         "bytes_delta": g.bytes_delta} for g in growths[:8]],
+                         "bytes_delta": g.bytes_delta, "graph_nodes_delta": g.graph_nodes_delta,
+                         "graph_bytes_delta": g.graph_bytes_delta} for g in growths[:8]],
         python_object_growth=types,
+        graph_nodes=rec.census.graph_nodes,
     )
-    # Candidates: the largest growth by bytes, plus groups with autograd history (a scalar loss
-    # kept with its graph is tiny itself but holds the graph's saved activations).
-    cands = growths[:6] + [g for g in growths[6:] if g.group.grad_fn][:4]
-    wanted = {}
-    for g in cands:
+    # Candidates: growing tensor groups (storages and autograd graphs, by bytes; a scalar loss
+    # kept with its graph is tiny itself but holds the graph) and, on the host, containers
+    # that grew, weighed.
+    cands: list[_Candidate] = []
+    for g in growths[:6] + [g for g in growths[6:] if g.graph_nodes_delta > 0][:4]:
         ids = g.new_ids or g.group.ids
         if ids:
-            wanted[id(g)] = ids[len(ids) // 2]
-    objs = holders_mod.objects_by_ids(set(wanted.values()))
-    scored = []
-    obj = None
-    for g in cands:
-        obj = objs.get(wanted.get(id(g), -1))
-        gb = 0
-        if obj is not None and g.group.grad_fn:
-            gb, _ = census_mod.graph_bytes(obj)
-        scored.append((g.bytes_delta + gb * max(g.count_delta, 0), g, gb))
-    del obj
-    scored.sort(key=lambda x: x[0], reverse=True)
+            cands.append(_Candidate(float(g.effective_bytes), ids[len(ids) // 2], group=g))
+    grown = weigh.container_growth(prev.census.containers, rec.census.containers) \
+        if host else []
+    objs = weigh.objects_for({c.target for c in cands} | {g.obj_id for g in grown[:12]})
+    scale = weigh.Scale()
+    try:
+        for cg in grown[:12]:
+            obj = objs.get(cg.obj_id)
+            if obj is not None:
+                weigh.weigh_growth(cg, obj, scale)
+                cands.append(_Candidate(cg.bytes_delta, cg.obj_id, container=cg))
+            del obj
+    finally:
+        scale.close()
+    out.containers = [c.container.to_dict() for c in cands if c.container is not None]
+    cands.sort(key=lambda c: c.bytes, reverse=True)
+    # A container of tensors and the tensor group it gained are one growth seen twice: walk from
+    # the tensors (their group says dtype, shape and autograd history; the walk still names the
+    # container, with its size).
+    group_bytes = max((c.bytes for c in cands if c.group is not None), default=0.0)
+    walk_order = [c for c in cands if not (c.container is not None and
+                  c.container.element == "tensors" and group_bytes >= 0.5 * c.bytes)]
     deadline = time.perf_counter() + cfg.holder_budget_s
-    for eff, g, gb in scored:
-        if time.perf_counter() > deadline:
+    for c in walk_order:
+        if time.perf_counter() > deadline or c.bytes <= 0:
             break
         # Out of the dict before the walk: a container of ours must not be reported as the
         # holder (our frames are skipped, our dicts would not be).
-        target = objs.pop(wanted.get(id(g), -1), None)
-        if target is None or (g.count_delta <= 0 and g.bytes_delta <= 0):
+        target = objs.pop(c.target, None)
+        if target is None:
             continue
         holder = holders_mod.holder_of(target,
                                        budget_s=max(deadline - time.perf_counter(), 0.1))
         del target
         if holder is None:
             continue
-        out.holder, out.group, out.graph_bytes, out.effective_bytes = holder, g, gb, eff
+        out.holder = holder
+        out.chosen = c
         break
-    del objs
-    if out.holder is None and scored:
-        out.effective_bytes, out.group, out.graph_bytes = scored[0]
+    objs.clear()
+    if out.chosen is None and walk_order:
+        out.chosen = walk_order[0]
+    if out.chosen is not None:
+        out.group, out.container = out.chosen.group, out.chosen.container
+        out.effective_bytes = out.chosen.bytes
+        if out.group is not None:
+            out.graph_bytes = out.group.graph_bytes_delta
     out.attribution_ms = round((time.perf_counter() - t0) * 1000.0, 1)
     # Host growth that no live tensor or Python object explains: the allocator kept it. The
     # growth is the judged one (floors, over the stretch between the censuses): two point reads
     # of RSS at the census moments would let a busy machine decide the verdict.
     if metric == "host.rss":
         rss_growth = growth
-        tensor_growth = sum(max(e, 0) for e, _, _ in scored)
-        obj_growth = 64 * sum(d for _, d in types)
-        explained = tensor_growth + obj_growth
+        tensor_growth = sum(max(c.bytes, 0) for c in cands if c.group is not None)
+        object_growth = sum(max(c.bytes, 0) for c in cands if c.container is not None)
+        # A container of tensors is weighed by the same bytes its tensor groups grew by: the
+        # larger of the two, not their sum.
+        explained = max(tensor_growth, object_growth)
         out.explained_bytes = explained
         out.rss_growth_bytes = rss_growth
         # Even when some small growing group has a holder, it is not *the* leak if it explains
         # only a sliver of the growth: native start-up growth and the C allocator's retention
         # look like this ... unless a named holder gains about one object per step or more:
         # something appended every step in user code is a leak even when its bytes are
-        # invisible (a loss kept after backward() holds native autograd nodes, not tensors).
+        # invisible (native autograd nodes, objects the weighing undervalues).
         steps = max(rec.step - prev.step, 1) if rec.step > prev.step else max(cur.n_steps, 1)
-        per_step = out.holder is not None and out.group is not None and \
-            out.group.count_delta >= 0.5 * steps
-        if rss_growth > 0 and not per_step and explained < cfg.retention_explained * rss_growth:
+        per_step = out.holder is not None and out.chosen is not None and \
+            out.chosen.per_check() >= 0.5 * steps
+        # A graph walk cut at its node budget no longer sees the graph grow: no verdict of
+        # retention on a census that could not see it.
+        cut = rec.census.graph_truncated
+        if rss_growth > 0 and not per_step and not cut and \
+                explained < cfg.retention_explained * rss_growth:
             out.retention = True
     return out
+
+
+@dataclasses.dataclass
+class _Candidate:
+    """Something that grew between two censuses, its growth in bytes and an object to walk
+    from to name who holds it."""
+
+    bytes: float
+    target: int  # id of the object the holder walk starts from
+    group: census_mod.GroupGrowth | None = None
+    container: weigh.ContainerGrowth | None = None
+
+    def per_check(self) -> int:
+        """Objects (elements, tensors, autograd nodes) added since the last census."""
+        if self.container is not None:
+            return self.container.len_delta
+        if self.group is not None:
+            return max(self.group.count_delta, self.group.graph_nodes_delta)
+        return 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"bytes": self.bytes}
+        if self.container is not None:
+            d["container"] = self.container.to_dict()
+        if self.group is not None:
+            d["group"] = self.group.group.describe()
+        return d
 
 
 def traced_explains(d: Any, cfg: AnalyzerConfig) -> bool:

@@ -1,10 +1,12 @@
 """Tensor census: *what* is growing.
 
 A census walks the garbage collector's objects once, groups live tensors by (device, dtype, shape,
-requires_grad, grad_fn type) and deduplicates bytes by storage (views share one). Diffing two
-censuses taken at epoch ends names the groups that grew; for a growing group, a bounded walk up
-``gc.get_referrers`` names the holder: a module global (``train.py: history``), an attribute
-(``model.fc._forward_hooks``), a closure cell, or a frame kept alive by a stored traceback.
+requires_grad, grad_fn type) and deduplicates bytes by storage (a view's base storage is counted
+with the view: whoever holds the view holds the base). It also counts the autograd nodes behind
+tensors with history (:mod:`graphs`) and records the length of large containers
+(:mod:`weigh`), so that growth of Python objects and of graphs is measured in bytes. Diffing two
+censuses taken at checks names what grew; a bounded walk up ``gc.get_referrers``
+(:mod:`holders`) names who holds it.
 
 Costs are measured and returned with every result; nothing here ever runs per step.
 """
@@ -18,6 +20,8 @@ import os
 import sys
 import time
 from typing import Any
+
+from memwatch.analysis import graphs, weigh
 
 GroupKey = tuple[str, str, tuple[int, ...], bool, str]
 
@@ -36,6 +40,8 @@ class Group:
     count: int = 0
     bytes: int = 0
     ids: list[int] = dataclasses.field(default_factory=list)
+    graph_nodes: int = 0  # autograd nodes first reached from this group's tensors
+    graph_bytes: int = 0  # their estimated bytes (native nodes + saved tensors)
 
     @property
     def key(self) -> GroupKey:
@@ -59,6 +65,8 @@ class Group:
             "grad_fn": self.grad_fn or None,
             "count": self.count,
             "bytes": self.bytes,
+            "graph_nodes": self.graph_nodes,
+            "graph_bytes": self.graph_bytes,
         }
 
 
@@ -73,6 +81,11 @@ class Census:
     types: collections.Counter[str]
     elapsed_ms: float
     taken_at: float
+    #: id -> (length, kind) of every container of at least ``weigh.CONTAINER_MIN_LEN`` items
+    #: (memwatch's own left out)
+    containers: dict[int, tuple[int, str]] = dataclasses.field(default_factory=dict)
+    graph_nodes: int = 0
+    graph_truncated: bool = False
 
     def to_dict(self, top_n: int = 20) -> dict[str, Any]:
         top = sorted(self.groups.values(), key=lambda g: (g.bytes, g.count), reverse=True)
@@ -82,6 +95,8 @@ class Census:
             "total_bytes": sum(self.tensor_bytes.values()),
             "bytes_by_device": dict(self.tensor_bytes),
             "elapsed_ms": round(self.elapsed_ms, 2),
+            "graph_nodes": self.graph_nodes,
+            "containers_recorded": len(self.containers),
             "groups": [g.to_dict() for g in top[:top_n]],
         }
 
@@ -95,6 +110,16 @@ def _type_name(tp: type) -> str | None:
     if isinstance(mod, str) and (mod == "memwatch" or mod.startswith("memwatch.")):
         return None
     return tp.__qualname__
+
+
+def _type_info(tp: type, tensor_type: Any) -> tuple[str | None, str | None, bool, bool]:
+    """(name for the type counts or None for memwatch's own, container kind, user class,
+    tensor). type() and issubclass, not isinstance: isinstance consults ``__class__``, which
+    some lazy objects turn into a deprecation warning or an import."""
+    kind = weigh.CONTAINER_TYPES.get(tp)
+    is_tensor = tensor_type is not None and issubclass(tp, tensor_type)
+    return (_type_name(tp), kind, kind is None and not is_tensor and weigh.is_user_type(tp),
+            is_tensor)
 
 
 def take_census(collect: bool = False, count_types: bool = True) -> Census:
@@ -112,38 +137,40 @@ def take_census(collect: bool = False, count_types: bool = True) -> Census:
     tensor_type = torch.Tensor if torch is not None else None
     groups: dict[GroupKey, Group] = {}
     tensor_bytes: dict[str, int] = collections.Counter()
-    seen_storage: set[tuple[str, int]] = set()
+    # storage -> (group that counted its bytes, counted by a view?)
+    claims: dict[tuple[str, int], tuple[Group, bool]] = {}
     type_counts: collections.Counter[str] = collections.Counter()
+    containers: dict[int, tuple[int, str]] = {}
+    min_len = weigh.CONTAINER_MIN_LEN
+    own: list[Any] = []  # memwatch's objects: their containers are left out
+    user: list[Any] = []  # instances of user classes: their untracked dicts are looked at
+    graph = graphs.GraphWalk()
     n_tensors = 0
-    # issubclass once per type, not per object: it allocates a little each call (traced one by
-    # one when tracemalloc runs), a dict lookup by type does not.
-    is_tensor: dict[type, bool] = {}
+    # One dict lookup per object: what its type is to the census, worked out once per type
+    # (issubclass allocates a little each call, traced one by one when tracemalloc runs).
     # memwatch's own objects (samples, findings, censuses kept for the next diff) grow with the
     # run by design: they are never a culprit, so they are not counted.
-    type_name: dict[type, str | None] = {}
+    tinfo: dict[type, tuple[str | None, str | None, bool, bool]] = {}
     objs = gc.get_objects()
     for o in objs:
         tp = type(o)
-        if count_types:
-            name = type_name.get(tp, "")
-            if name == "":
-                name = type_name[tp] = _type_name(tp)
-            if name is not None:
-                type_counts[name] += 1
-        if tensor_type is None:
-            continue
-        # type() and issubclass, not isinstance: isinstance consults ``__class__``, which some
-        # lazy objects turn into a deprecation warning or an import.
-        t = is_tensor.get(tp)
-        if t is None:
-            t = is_tensor[tp] = issubclass(tp, tensor_type)
-        if not t:
+        info = tinfo.get(tp)
+        if info is None:
+            info = tinfo[tp] = _type_info(tp, tensor_type)
+        name, kind, is_user, is_tensor = info
+        if kind is not None:
+            n = len(o)
+            if n >= min_len:
+                containers[id(o)] = (n, kind)
+        if name is None:
+            own.append(o)
+        elif count_types:
+            type_counts[name] += 1
+        if is_user:
+            user.append(o)
+        if not is_tensor:
             continue
         try:
-            if type(o).__name__ == "Parameter" or o.is_meta:
-                # Parameters are the model, not a leak candidate; keep them out of the diff but
-                # count their bytes.
-                pass
             dev = str(o.device)
             gfn = o.grad_fn
             key: GroupKey = (
@@ -153,13 +180,10 @@ def take_census(collect: bool = False, count_types: bool = True) -> Census:
                 bool(o.requires_grad),
                 type(gfn).__name__ if gfn is not None else "",
             )
-            nbytes = 0
+            st = None
             if o.layout == torch.strided and not o.is_meta:  # type: ignore[union-attr]
                 st = o.untyped_storage()
-                sk = (dev, int(st.data_ptr()))
-                if sk not in seen_storage or sk[1] == 0:
-                    seen_storage.add(sk)
-                    nbytes = int(st.nbytes())
+            view = st is not None and o._is_view()
         except Exception:  # noqa: BLE001 - exotic tensor subclasses: skip, never fail
             continue
         n_tensors += 1
@@ -167,14 +191,72 @@ def take_census(collect: bool = False, count_types: bool = True) -> Census:
         if g is None:
             g = groups[key] = Group(*key)
         g.count += 1
-        g.bytes += nbytes
         if len(g.ids) < _MAX_IDS_PER_GROUP:
             g.ids.append(id(o))
-        tensor_bytes[dev] += nbytes
+        if st is not None:
+            _claim(claims, g, dev, st, view, tensor_bytes)
+        if gfn is not None:
+            nodes = graph.add_node(gfn)
+            if nodes:
+                g.graph_nodes += nodes
+                g.graph_bytes += graph.bytes_for(nodes)
     n_objects = len(objs)
     del objs
+    claims.clear()
+    _drop_own(containers, own)
+    containers.update(weigh.untracked_dicts(user))
+    own.clear()
+    user.clear()
+    n_nodes, truncated = graph.nodes, graph.truncated
+    graph.close()
     return Census(groups, n_tensors, dict(tensor_bytes), n_objects, type_counts,
-                  (time.perf_counter() - t0) * 1000.0, time.time())
+                  (time.perf_counter() - t0) * 1000.0, time.time(), containers, n_nodes,
+                  truncated)
+
+
+def _claim(claims: dict[tuple[str, int], tuple[Group, bool]], g: Group, dev: str, st: Any,
+           view: bool, tensor_bytes: dict[str, int]) -> None:
+    """Count a storage's bytes once, with a view of it rather than its base: the base of a kept
+    view is often reachable only through the view, so whoever holds the view holds the bytes."""
+    ptr = int(st.data_ptr())
+    sk = (dev, ptr)
+    prev = claims.get(sk)
+    if prev is None or ptr == 0:
+        nbytes = int(st.nbytes())
+        claims[sk] = (g, view)
+        g.bytes += nbytes
+        tensor_bytes[dev] += nbytes
+    elif view and not prev[1]:
+        nbytes = int(st.nbytes())
+        prev[0].bytes -= nbytes
+        g.bytes += nbytes
+        claims[sk] = (g, True)
+
+
+def _drop_own(containers: dict[int, tuple[int, str]], own: list[Any]) -> None:
+    """Leave out containers memwatch's own objects hold (two levels down: a census's dict of
+    groups, a store's dict of lists): they grow with the run by design."""
+    frontier: list[Any] = []
+    for o in own:
+        d = getattr(o, "__dict__", None)
+        vals = list(d.values()) if isinstance(d, dict) else []
+        for slot in getattr(type(o), "__slots__", ()) or ():
+            v = getattr(o, slot, None)
+            if v is not None:
+                vals.append(v)
+        frontier.extend(v for v in vals if type(v) in weigh.CONTAINER_TYPES)
+    for _ in range(2):
+        nxt: list[Any] = []
+        for c in frontier:
+            containers.pop(id(c), None)
+            try:
+                vals = c.values() if isinstance(c, dict) else c
+                nxt.extend(v for v in vals if type(v) in weigh.CONTAINER_TYPES)
+            except Exception:  # noqa: BLE001 - mutated under us
+                continue
+        frontier = nxt
+    for c in frontier:
+        containers.pop(id(c), None)
 
 
 def tensor_census(top_n: int = 20) -> dict[str, Any]:
@@ -189,6 +271,13 @@ class GroupGrowth:
     count_delta: int
     bytes_delta: int
     new_ids: list[int]
+    graph_nodes_delta: int = 0
+    graph_bytes_delta: int = 0
+
+    @property
+    def effective_bytes(self) -> int:
+        """What the group's growth holds: its storages plus its autograd graphs' growth."""
+        return self.bytes_delta + max(self.graph_bytes_delta, 0)
 
 
 def diff(prev: Census, cur: Census, device_prefix: str | None = None) -> list[GroupGrowth]:
@@ -200,59 +289,17 @@ def diff(prev: Census, cur: Census, device_prefix: str | None = None) -> list[Gr
         p = prev.groups.get(key)
         dc = g.count - (p.count if p else 0)
         db = g.bytes - (p.bytes if p else 0)
-        if dc <= 0 and db <= 0:
+        dn = g.graph_nodes - (p.graph_nodes if p else 0)
+        dgb = g.graph_bytes - (p.graph_bytes if p else 0)
+        if dc <= 0 and db <= 0 and dn <= 0:
             continue
         old = set(p.ids) if p else set()
         new_ids = [i for i in g.ids if i not in old]
-        out.append(GroupGrowth(g, dc, db, new_ids))
-    out.sort(key=lambda x: (x.bytes_delta, x.count_delta), reverse=True)
+        out.append(GroupGrowth(g, dc, db, new_ids, dn, dgb))
+    out.sort(key=lambda x: (x.effective_bytes, x.count_delta), reverse=True)
     return out
 
 
 def type_growth(prev: Census, cur: Census, top: int = 5) -> list[tuple[str, int]]:
     deltas = [(k, v - prev.types.get(k, 0)) for k, v in cur.types.items()]
     return sorted([d for d in deltas if d[1] > 0], key=lambda d: d[1], reverse=True)[:top]
-
-
-# --------------------------------------------------------------------------- graph cost
-
-def graph_bytes(tensor: Any, max_nodes: int = 2000) -> tuple[int, int]:
-    """(saved-tensor bytes, nodes) reachable from ``tensor.grad_fn``: what keeping it holds.
-
-    Walks ``next_functions`` breadth-first, summing each node's ``_saved_*`` tensors (deduplicated
-    by storage). Bounded by ``max_nodes``.
-    """
-    torch = _torch()
-    fn = getattr(tensor, "grad_fn", None)
-    if fn is None or torch is None:
-        return 0, 0
-    seen_nodes: set[int] = set()
-    seen_storage: set[int] = set()
-    total = 0
-    queue = collections.deque([fn])
-    while queue and len(seen_nodes) < max_nodes:
-        node = queue.popleft()
-        if node is None or id(node) in seen_nodes:
-            continue
-        seen_nodes.add(id(node))
-        for name in dir(node):
-            if not name.startswith("_saved_"):
-                continue
-            try:
-                v = getattr(node, name)
-            except Exception:  # noqa: BLE001 - freed buffers raise; that's fine
-                continue
-            for t in v if isinstance(v, (tuple, list)) else (v,):
-                if isinstance(t, torch.Tensor):
-                    try:
-                        st = t.untyped_storage()
-                        ptr = int(st.data_ptr())
-                        if ptr not in seen_storage:
-                            seen_storage.add(ptr)
-                            total += int(st.nbytes())
-                    except Exception:  # noqa: BLE001
-                        continue
-        for nxt, _ in getattr(node, "next_functions", ()):
-            if nxt is not None:
-                queue.append(nxt)
-    return total, len(seen_nodes)

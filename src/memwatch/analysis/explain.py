@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from memwatch.analysis.attribution import Attribution
+from memwatch.analysis.culprits import container_culprit, graph_culprit
 from memwatch.analysis.shapes import EpochStats
 from memwatch.core.findings import Finding, Origin, Severity
 from memwatch.core.units import fmt_bytes, fmt_duration
@@ -100,6 +101,8 @@ def _culprit(metric: str, a: Attribution) -> tuple[str | None, list[str], str]:
     h = a.holder
     if a.site is not None and h is None:
         return _site_culprit(a)
+    if a.container is not None:
+        return container_culprit(a)
     if g is None:
         if metric.startswith("host.") and a.python_object_growth:
             top = ", ".join(f"{n} (+{d})" for n, d in a.python_object_growth[:3])
@@ -125,6 +128,8 @@ def _culprit(metric: str, a: Attribution) -> tuple[str | None, list[str], str]:
     graph = a.graph_bytes or 0
     suggestions: list[str] = []
     detail = ""
+    if g.graph_nodes_delta > 0 and g.count_delta <= 0:
+        return graph_culprit(a)
     if group.grad_fn:
         per = f" (each keeps its autograd graph: about {fmt_bytes(graph)} of saved tensors)" \
             if graph else " (each keeps its autograd graph and saved activations)"
@@ -141,7 +146,7 @@ def _culprit(metric: str, a: Attribution) -> tuple[str | None, list[str], str]:
         )
     culprit = what
     if h is not None:
-        culprit = f"{h.path} — {what}"
+        culprit = f"{h.describe(g.count_delta if h.container else None)} — {what}"
         if h.via_hook:
             n = f" ({h.hook_count} hooks registered)" if h.hook_count else ""
             suggestions.insert(0, (
@@ -268,24 +273,24 @@ def site_suggestions(site: Any, frames: int = 0) -> list[str]:
 
 
 def _short(path: str) -> str:
-    """The name a person would grep for: `history` in ``train.py: history[3]``.
+    """The name a person would grep for: `history` in ``train.history``.
 
     Example::
 
-        >>> _short("train.py: history[3]"), _short("['kept'][36]"), _short("[3]")
-        ('history', 'kept', '[3]')
+        >>> _short("train.history"), _short("['kept'][36]"), _short("f() (x.py:3): local logs['z']")
+        ('history', 'kept', 'logs')
     """
-    if "local `" in path:
-        return path.split("local `", 1)[1].split("`", 1)[0]
+    if ": local " in path:
+        return path.split(": local ", 1)[1].split("[", 1)[0].split(".", 1)[0].strip()
     head = path.split(" → ")[0]
-    head = head.split(": ", 1)[-1]
+    head = head.rsplit(".", 1)[-1] if "[" not in head else head
     whole = head
     while head.endswith("]") and "[" in head:
         head = head[: head.rindex("[")]
     if not head:  # no owner named ("['kept'][36]", a class attribute): the first key is the name
         key = whole[1:].split("]", 1)[0].strip("'\"") if whole.startswith("[") else ""
         return key if key and not key.isdigit() else whole
-    return head
+    return head.rsplit(".", 1)[-1] if "." in head else head
 
 
 def worker_leak(origin: Origin, metric: str, stats: list[EpochStats], slope: float,

@@ -17,6 +17,9 @@ import time
 import types
 from typing import Any
 
+from memwatch.analysis.names import elements_of, is_index, local_label, module_label
+from memwatch.analysis.weigh import CONTAINER_TYPES, element_name
+
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
@@ -28,13 +31,25 @@ def _torch() -> Any | None:
 class Holder:
     """Where a leaking object is held: a readable path and what kind of root it hangs from."""
 
-    path: str
+    path: str  # the holder's name: element indices below the named container left out
     root: str  # "global", "attribute", "closure", "frame", "traceback", "hook", "unknown"
-    container: str | None = None  # type of the innermost container, e.g. "list"
+    container: str | None = None  # the named container's type, e.g. "list"
     container_len: int | None = None
     via_traceback: bool = False
     via_hook: bool = False
     hook_count: int | None = None
+    elements: str | None = None  # what the named container holds, e.g. "numpy arrays"
+
+    def describe(self, delta: int | None = None) -> str:
+        """``Net.kept_features (list, 1000 tensors, +250 since the last check)``."""
+        if self.container is None:
+            return self.path
+        parts = [self.container]
+        if self.container_len is not None:
+            parts.append(f"{self.container_len} {self.elements or 'items'}")
+        if delta:
+            parts.append(f"+{delta} since the last check")
+        return f"{self.path} ({', '.join(parts)})"
 
 
 _HOOK_DICTS = (
@@ -94,6 +109,7 @@ class _Walker:
             and hasattr(m, "__dict__")
         }
         self.ignore: set[int] = set()
+        self.elements: str | None = None
         self._keep: list[Any] = []
         self.ignore.add(id(self._keep))
         self.ignore.add(id(self.__dict__))
@@ -136,6 +152,13 @@ class _Walker:
         visited = {id(target)}
         self.ignore.add(id(visited))
         self.ignore.add(id(segments))
+        # Element indices below the first named thing are left out of the name (``hoard``, not
+        # ``hoard[406]``): the container is described by its type and size instead.
+        stripping = True
+        if type(target) in CONTAINER_TYPES:
+            container, container_len = CONTAINER_TYPES[type(target)], len(target)
+            self.elements = elements_of(target)
+            stripping = False
         for _ in range(max_depth):
             if time.perf_counter() > self.deadline:
                 break
@@ -152,6 +175,19 @@ class _Walker:
                 break
             kind, label, parent = step.kind, step.label, step.parent
             del step
+            if stripping and is_index(kind, label):
+                container = "dict" if kind == "attr_dict" else kind
+                held = getattr(parent, label[1:].split("[", 1)[0], None) \
+                    if kind == "attr_dict" else parent
+                container_len = len(held) if hasattr(held, "__len__") else None
+                self.elements = element_name(cur)
+                if kind == "attr_dict":  # ``.cache[key]``: keep the attribute's name
+                    segments.append(label.split("[", 1)[0])
+                    stripping = False
+                visited.add(id(parent))
+                cur = parent
+                continue
+            stripping = False
             if container is None and kind == "attr_dict":
                 container = "dict"
                 held: Any = getattr(parent, label[1:].split("[", 1)[0], None)
@@ -207,8 +243,7 @@ class _Walker:
             f: types.FrameType | None = frame
             while f is not None:
                 if not f.f_code.co_filename.startswith(_PKG_DIR) and f.f_locals is d:
-                    where = f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
-                    return f" → local `{key}` of running {f.f_code.co_name}() ({where})"
+                    return local_label(f, key)
                 f = f.f_back
         return None
 
@@ -236,9 +271,7 @@ class _Walker:
                 if not f.f_code.co_filename.startswith(_PKG_DIR):
                     for name, v in f.f_locals.items():
                         if v is obj:
-                            code = f.f_code
-                            where = f"{os.path.basename(code.co_filename)}:{f.f_lineno}"
-                            return f" → local `{name}` of running {code.co_name}() ({where})"
+                            return local_label(f, name)
                 f = f.f_back
         return None
 
@@ -265,7 +298,8 @@ class _Walker:
             root = "hook"
         elif via_tb:
             root = "traceback"
-        return Holder(path, root, container, container_len, via_tb, via_hook, hook_count)
+        return Holder(path, root, container, container_len, via_tb, via_hook, hook_count,
+                      self.elements if container is not None else None)
 
     def _best_step(self, cur: Any, refs: list[Any], visited: set[int]) -> _Step | None:
         """The most informative referrer of ``cur``: (kind, label, parent)."""
@@ -300,7 +334,7 @@ class _Walker:
                 return None
             mod = self.module_dicts.get(id(r))
             if mod is not None:
-                return ("global", f"{_module_label(mod)}: {key}", r)
+                return ("global", f"{module_label(mod)}.{key}", r)
             frame_label = self._frame_locals_label(r, key)
             if frame_label is not None:
                 return ("frame", frame_label, r)
@@ -332,9 +366,7 @@ class _Walker:
             if r.f_code.co_filename.startswith(_PKG_DIR):
                 return None  # memwatch's own frames
             name = next((k for k, v in r.f_locals.items() if v is cur), "?")
-            code = r.f_code
-            where = f"{os.path.basename(code.co_filename)}:{r.f_lineno}"
-            return ("frame", f" → local `{name}` of {code.co_name}() ({where})", r)
+            return ("frame", local_label(r, name), r)
         if isinstance(r, types.TracebackType):
             return ("traceback", "", r)
         if isinstance(r, BaseException):
@@ -446,8 +478,3 @@ def _index_of(seq: Any, item: Any) -> str:
         if v is item:
             return str(i)
     return "?"
-
-
-def _module_label(mod: types.ModuleType) -> str:
-    f = getattr(mod, "__file__", None)
-    return os.path.basename(str(f)) if f else str(mod.__name__)

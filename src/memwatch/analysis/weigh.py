@@ -1,0 +1,292 @@
+"""Weighing Python objects: the bytes a growing container holds.
+
+A census counts objects; a leak is measured in bytes. A list that gains one 100 KB numpy array
+per step gains one 100 KB object per step, and counting it as "one more object" undervalues it a
+thousand times. The census records the length of every large container (lists, dicts, deques,
+sets); between two censuses, a container that grew (or a large one that is new) is weighed:
+a sample of its new elements, each weighed deeply (``numpy`` arrays by ``nbytes`` of the array
+that owns the memory, tensors by storage, strings / bytes / buffers by ``sys.getsizeof``,
+containers and instances' attributes followed, autograd graphs by :mod:`graphs`), scaled to the
+number of new elements.
+
+Dicts that hold only strings, numbers or bytes are not tracked by the garbage collector (CPython
+untracks them), so :func:`untracked_dicts` finds large ones where user code keeps them: module
+globals and attributes of instances of user-defined classes.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import os
+import sys
+import sysconfig
+from typing import Any
+
+from memwatch.analysis import graphs
+
+#: Containers shorter than this are not recorded (the census stays small).
+CONTAINER_MIN_LEN = 16
+#: New elements weighed per growing container; the mean is scaled to all new elements.
+SAMPLE = 16
+#: Objects visited to weigh one element.
+ELEMENT_BUDGET = 2000
+
+CONTAINER_TYPES: dict[type, str] = {
+    list: "list",
+    dict: "dict",
+    set: "set",
+    collections.deque: "deque",
+    collections.OrderedDict: "dict",
+    collections.defaultdict: "dict",
+    collections.Counter: "dict",
+}
+
+_ATOMS = (str, bytes, bytearray, int, float, complex, bool, memoryview, type(None))
+_LIB_DIRS = tuple(p + os.sep for p in {
+    sysconfig.get_paths().get("stdlib", ""), sysconfig.get_paths().get("platstdlib", ""),
+    sysconfig.get_paths().get("purelib", ""), sysconfig.get_paths().get("platlib", ""),
+} if p)
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_user_type: dict[type, bool] = {}
+
+
+def is_user_module(mod: Any) -> bool:
+    """A module of the user's code: not the standard library, not an installed package."""
+    f = getattr(mod, "__file__", None)
+    if not isinstance(f, str):
+        return False
+    f = os.path.abspath(f)
+    return not f.startswith(_LIB_DIRS) and not f.startswith(_PKG_DIR) and \
+        "site-packages" not in f
+
+
+def is_user_type(tp: type) -> bool:
+    r = _user_type.get(tp)
+    if r is None:
+        mod = sys.modules.get(getattr(tp, "__module__", "") or "")
+        r = _user_type[tp] = mod is not None and is_user_module(mod)
+    return r
+
+
+def untracked_dicts(user_instances: list[Any]) -> dict[int, tuple[int, str]]:
+    """Large dicts the collector does not track, held by user modules' globals or by attributes
+    of user-class instances: ``id -> (len, "dict")``."""
+    out: dict[int, tuple[int, str]] = {}
+    spaces: list[Any] = [getattr(m, "__dict__", None) for m in list(sys.modules.values())
+                         if m is not None and is_user_module(m)]
+    for o in user_instances:
+        try:
+            spaces.append(object.__getattribute__(o, "__dict__"))
+        except Exception:  # noqa: BLE001 - slots, proxies
+            continue
+    for ns in spaces:
+        if not isinstance(ns, dict):
+            continue
+        for v in list(ns.values()):
+            if type(v) in CONTAINER_TYPES and len(v) >= CONTAINER_MIN_LEN and \
+                    isinstance(v, dict) and not _is_tracked(v):
+                out[id(v)] = (len(v), "dict")
+    return out
+
+
+def _is_tracked(o: Any) -> bool:
+    import gc
+
+    return gc.is_tracked(o)
+
+
+@dataclasses.dataclass
+class ContainerGrowth:
+    """A container that grew between two censuses, weighed."""
+
+    obj_id: int
+    kind: str  # "list", "dict", "deque", "set"
+    length: int
+    len_delta: int
+    new: bool  # not in the previous census (new, or shorter than CONTAINER_MIN_LEN then)
+    bytes_delta: float = 0.0
+    element: str = ""  # what the new elements are, e.g. "numpy arrays"
+    graph_nodes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "length": self.length, "len_delta": self.len_delta,
+                "new": self.new, "bytes_delta": self.bytes_delta, "element": self.element}
+
+
+def container_growth(prev: dict[int, tuple[int, str]],
+                     cur: dict[int, tuple[int, str]]) -> list[ContainerGrowth]:
+    """Containers longer now than at the previous census (not weighed yet), longest growth
+    first."""
+    out = []
+    for cid, (n, kind) in cur.items():
+        p = prev.get(cid)
+        if p is not None and p[1] != kind:
+            p = None  # the id was reused by another container
+        dn = n - (p[0] if p is not None else 0)
+        if dn > 0:
+            out.append(ContainerGrowth(cid, kind, n, dn, p is None))
+    out.sort(key=lambda g: g.len_delta, reverse=True)
+    return out
+
+
+def new_elements(obj: Any, kind: str, len_delta: int, k: int = SAMPLE) -> list[Any]:
+    """Up to ``k`` of the ``len_delta`` most recently added elements (evenly spaced)."""
+    try:
+        n = len(obj)
+        dn = max(min(len_delta, n), 1)
+        step = max(dn // k, 1)
+        if kind in ("list", "deque"):
+            return [obj[i] for i in range(n - dn, n, step)][:k]
+        if kind == "dict":
+            vals = itertools.islice(reversed(obj.items()), 0, dn, step)
+            return [kv for kv in vals][:k]
+        return list(itertools.islice(iter(obj), k))
+    except Exception:  # noqa: BLE001 - mutated under us, exotic subclass
+        return []
+
+
+def element_name(x: Any) -> str:
+    """A readable plural for what a container holds: "tensors", "numpy arrays", "dicts"."""
+    if isinstance(x, tuple) and len(x) == 2 and not _is_tensor(x):
+        x = x[1]  # a dict item: its value
+    if _is_tensor(x):
+        return "tensors"
+    tp = type(x)
+    if tp.__name__ == "ndarray" or tp.__name__ == "memmap":
+        return "numpy arrays"
+    plural = {"str": "strings", "bytes": "bytes objects", "bytearray": "bytearrays",
+              "dict": "dicts", "list": "lists", "tuple": "tuples", "float": "floats",
+              "int": "ints", "deque": "deques", "set": "sets", "OrderedDict": "dicts",
+              "defaultdict": "dicts", "Counter": "dicts"}
+    return plural.get(tp.__name__, f"{tp.__name__} objects")
+
+
+def _is_tensor(x: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+class Scale:
+    """Weighs objects deeply, counting each object (and each storage / array buffer) once."""
+
+    def __init__(self, graph: graphs.GraphWalk | None = None) -> None:
+        self.seen: set[int] = set()
+        self.storages: set[tuple[str, int]] = set()
+        self.graph = graph if graph is not None else graphs.GraphWalk(max_nodes=20_000)
+        self.graph_nodes = 0
+        torch = sys.modules.get("torch")
+        np = sys.modules.get("numpy")
+        self._tensor = torch.Tensor if torch is not None else None
+        self._ndarray = np.ndarray if np is not None else None
+
+    def weigh(self, root: Any, budget: int = ELEMENT_BUDGET) -> int:
+        total = 0
+        stack = [root]
+        keep = []  # objects reached: alive until the end (their ids stay theirs)
+        while stack and budget > 0:
+            o = stack.pop()
+            if id(o) in self.seen:
+                continue
+            self.seen.add(id(o))
+            keep.append(o)
+            budget -= 1
+            tp = type(o)
+            if self._tensor is not None and isinstance(o, self._tensor):
+                total += self._tensor_bytes(o)
+                continue
+            if self._ndarray is not None and isinstance(o, self._ndarray):
+                base = o.base
+                if base is None:
+                    total += int(o.nbytes) + 112
+                elif self._ndarray is not None and isinstance(base, self._ndarray) or \
+                        (self._tensor is not None and isinstance(base, self._tensor)):
+                    stack.append(base)  # a view: the memory is its base's
+                continue
+            try:
+                total += sys.getsizeof(o)
+            except Exception:  # noqa: BLE001 - objects whose __sizeof__ fails
+                pass
+            if isinstance(o, _ATOMS):
+                continue
+            if tp in (list, tuple, set, frozenset, collections.deque):
+                stack.extend(o)
+            elif isinstance(o, dict):
+                stack.extend(o.keys())
+                stack.extend(o.values())
+            elif is_user_type(tp):
+                try:
+                    d = object.__getattribute__(o, "__dict__")
+                except Exception:  # noqa: BLE001
+                    continue
+                stack.append(d)
+        keep.clear()
+        return total
+
+    def _tensor_bytes(self, t: Any) -> int:
+        n = 0
+        try:
+            if not t.is_meta and t.layout == sys.modules["torch"].strided:
+                st = t.untyped_storage()
+                key = (str(t.device), int(st.data_ptr()))
+                if key not in self.storages:
+                    self.storages.add(key)
+                    n += int(st.nbytes())
+            if t.grad_fn is not None:
+                nodes = self.graph.add(t)
+                self.graph_nodes += nodes
+                n += self.graph.bytes_for(nodes)
+        except Exception:  # noqa: BLE001 - exotic tensor subclasses
+            pass
+        return n
+
+    def close(self) -> None:
+        self.seen.clear()
+        self.storages.clear()
+        self.graph.close()
+
+
+def weigh_growth(g: ContainerGrowth, obj: Any, scale: Scale) -> None:
+    """Fill ``g.bytes_delta`` and ``g.element``: the sampled new elements' mean weight times the
+    number of new elements (plus the container's own growth)."""
+    sample = new_elements(obj, g.kind, g.len_delta)
+    if not sample:
+        return
+    nodes_before = scale.graph_nodes
+    w = sum(scale.weigh(x) for x in sample)
+    per = w / len(sample)
+    g.element = element_name(sample[-1])
+    g.graph_nodes = int((scale.graph_nodes - nodes_before) * g.len_delta / len(sample))
+    own = sys.getsizeof(obj) if g.new else 8 * g.len_delta
+    g.bytes_delta = per * g.len_delta + own
+
+
+def objects_for(ids: set[int]) -> dict[int, Any]:
+    """Live objects whose ``id`` is in ``ids``: the collector's objects, plus the untracked
+    dicts :func:`untracked_dicts` finds (user modules' globals, user instances' attributes)."""
+    import gc
+
+    out: dict[int, Any] = {}
+    if not ids:
+        return out
+    spaces: list[Any] = [getattr(m, "__dict__", None) for m in list(sys.modules.values())
+                         if m is not None and is_user_module(m)]
+    for o in gc.get_objects():
+        i = id(o)
+        if i in ids:
+            out[i] = o
+        elif is_user_type(type(o)):
+            try:
+                spaces.append(object.__getattribute__(o, "__dict__"))
+            except Exception:  # noqa: BLE001
+                continue
+    missing = ids - out.keys()
+    if missing:
+        for ns in spaces:
+            if isinstance(ns, dict):
+                for v in list(ns.values()):
+                    if id(v) in missing:
+                        out[id(v)] = v
+    spaces.clear()
+    return out
