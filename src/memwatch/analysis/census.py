@@ -42,6 +42,7 @@ class Group:
     ids: list[int] = dataclasses.field(default_factory=list)
     graph_nodes: int = 0  # autograd nodes first reached from this group's tensors
     graph_bytes: int = 0  # their estimated bytes (native nodes + saved tensors)
+    views: int = 0  # tensors of the group that are views (their bytes: the bases' storages)
 
     @property
     def key(self) -> GroupKey:
@@ -191,6 +192,7 @@ def take_census(collect: bool = False, count_types: bool = True) -> Census:
         if g is None:
             g = groups[key] = Group(*key)
         g.count += 1
+        g.views += view
         if len(g.ids) < _MAX_IDS_PER_GROUP:
             g.ids.append(id(o))
         if st is not None:

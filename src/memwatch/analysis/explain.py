@@ -125,9 +125,18 @@ def _culprit(metric: str, a: Attribution) -> tuple[str | None, list[str], str]:
         ], "")
     group = g.group
     what = f"+{g.count_delta} × {group.describe()}"
+    if group.views and g.bytes_delta > 0:
+        what += (f", views that keep their bases' storage alive (+{fmt_bytes(g.bytes_delta)}"
+                 " since the last check)")
+        detail = ("The growing tensors are views (slices, `.view()`, `.flatten()` of a "
+                  "contiguous tensor): each keeps the whole tensor it was taken from.")
     graph = a.graph_bytes or 0
     suggestions: list[str] = []
-    detail = ""
+    if group.views and g.bytes_delta > 0:
+        suggestions.append("Keep a copy of the part you need, not a view of the whole: "
+                           "`t[..., :k].clone()` (or `.detach().clone()`), which frees the base.")
+    else:
+        detail = ""
     if g.graph_nodes_delta > 0 and g.count_delta <= 0:
         return graph_culprit(a)
     if group.grad_fn:
@@ -277,11 +286,11 @@ def _short(path: str) -> str:
 
     Example::
 
-        >>> _short("train.history"), _short("['kept'][36]"), _short("f() (x.py:3): local logs['z']")
-        ('history', 'kept', 'logs')
+        >>> _short("train.history"), _short("['kept'][36]"), _short("f() (x.py:3): local m.logs")
+        ('history', 'kept', 'm.logs')
     """
     if ": local " in path:
-        return path.split(": local ", 1)[1].split("[", 1)[0].split(".", 1)[0].strip()
+        return path.split(": local ", 1)[1].split("[", 1)[0].strip()
     head = path.split(" → ")[0]
     head = head.rsplit(".", 1)[-1] if "[" not in head else head
     whole = head

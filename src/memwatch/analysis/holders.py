@@ -158,7 +158,6 @@ class _Walker:
         if type(target) in CONTAINER_TYPES:
             container, container_len = CONTAINER_TYPES[type(target)], len(target)
             self.elements = elements_of(target)
-            stripping = False
         for _ in range(max_depth):
             if time.perf_counter() > self.deadline:
                 break
