@@ -252,7 +252,7 @@ def _drop_own(containers: dict[int, tuple[int, str]], own: list[Any]) -> None:
         for c in frontier:
             containers.pop(id(c), None)
             try:
-                vals = c.values() if isinstance(c, dict) else c
+                vals: Any = c.values() if isinstance(c, dict) else c
                 nxt.extend(v for v in vals if type(v) in weigh.CONTAINER_TYPES)
             except Exception:  # noqa: BLE001 - mutated under us
                 continue

@@ -176,9 +176,9 @@ class _Walker:
             del step
             if stripping and is_index(kind, label):
                 container = "dict" if kind == "attr_dict" else kind
-                held = getattr(parent, label[1:].split("[", 1)[0], None) \
+                box: Any = getattr(parent, label[1:].split("[", 1)[0], None) \
                     if kind == "attr_dict" else parent
-                container_len = len(held) if hasattr(held, "__len__") else None
+                container_len = len(box) if hasattr(box, "__len__") else None
                 self.elements = element_name(cur)
                 if kind == "attr_dict":  # ``.cache[key]``: keep the attribute's name
                     segments.append(label.split("[", 1)[0])
