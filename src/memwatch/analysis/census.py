@@ -241,7 +241,7 @@ def _drop_own(containers: dict[int, tuple[int, str]], own: list[Any]) -> None:
     frontier: list[Any] = []
     for o in own:
         d = getattr(o, "__dict__", None)
-        vals = list(d.values()) if isinstance(d, dict) else []
+        vals: Any = list(d.values()) if isinstance(d, dict) else []
         for slot in getattr(type(o), "__slots__", ()) or ():
             v = getattr(o, slot, None)
             if v is not None:
@@ -252,7 +252,7 @@ def _drop_own(containers: dict[int, tuple[int, str]], own: list[Any]) -> None:
         for c in frontier:
             containers.pop(id(c), None)
             try:
-                vals: Any = c.values() if isinstance(c, dict) else c
+                vals = c.values() if isinstance(c, dict) else c
                 nxt.extend(v for v in vals if type(v) in weigh.CONTAINER_TYPES)
             except Exception:  # noqa: BLE001 - mutated under us
                 continue
