@@ -276,8 +276,8 @@ def attribute_traced(out: Attribution, cur: EpochStats, d: Any, cfg: AnalyzerCon
         # What grew is memwatch's own while tracing (the traces, the snapshot's objects the
         # allocator kept): not the user's.
         out.own_growth = True
-    if not d.growths or out.holder is not None:
-        return
+    if not d.growths or (out.holder is not None and out.container is None):
+        return  # a holder of tensors names it; a container's holder is joined to its site
     top = d.growths[0]
     rss = d.explainable_rss_growth()
     big = rss is None or rss <= 0 or top.bytes_delta >= 0.1 * rss

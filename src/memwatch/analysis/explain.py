@@ -99,7 +99,7 @@ def leak(*, origin: Origin, metric: str, stats: list[EpochStats], slope: float,
 def _culprit(metric: str, a: Attribution) -> tuple[str | None, list[str], str]:
     g = a.group
     h = a.holder
-    if a.site is not None and h is None:
+    if a.site is not None and (h is None or a.container is not None):
         return _site_culprit(a)
     if a.container is not None:
         return container_culprit(a)
@@ -203,6 +203,9 @@ def _site_culprit(a: Attribution) -> tuple[str, list[str], str]:
     where = site.describe_where()
     culprit = (f"{where} — +{fmt_bytes(site.bytes_delta)} over the epoch, "
                f"{site.count_delta:,} new blocks (allocated here, still alive)")
+    c, h = a.container, a.holder
+    if h is not None and c is not None:  # who holds it, and where it was allocated
+        culprit = f"{h.describe(c.len_delta)}, allocated at {culprit}"
     per_step = f" ({fmt_bytes(site.bytes_delta / steps)} per step)" if steps else ""
     detail = (f"tracemalloc: Python allocations made at {site.where} and still alive grew by "
               f"{fmt_bytes(site.bytes_delta)}{per_step} between the last two epoch ends")
