@@ -206,9 +206,11 @@ def attribute(metric: str, cur: EpochStats, pair: tuple[CensusRecord, CensusReco
         # only a sliver of the growth: native start-up growth and the C allocator's retention
         # look like this ... unless a named holder gains about one object per step or more:
         # something appended every step in user code is a leak even when its bytes are
-        # invisible (native autograd nodes, objects the weighing undervalues).
+        # invisible (tensors whose native memory the census cannot see).
         steps = max(rec.step - prev.step, 1) if rec.step > prev.step else max(cur.n_steps, 1)
-        per_step = out.holder is not None and out.chosen is not None and \
+        # (Not for a weighed container: its bytes are known, a list of floats gaining one a
+        # step is no explanation for kilobytes a step.)
+        per_step = out.holder is not None and out.group is not None and \
             out.chosen.per_check() >= 0.5 * steps
         # A graph walk cut at its node budget no longer sees the graph grow: no verdict of
         # retention on a census that could not see it.
