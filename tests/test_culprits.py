@@ -152,3 +152,18 @@ def test_memwatch_own_containers_left_out() -> None:
     # the previous census's containers dict is memwatch's own: never recorded as growth
     assert id(c0.containers) not in c1.containers
     assert id(c0.types) not in c1.containers
+
+
+def test_memwatch_module_caches_left_out() -> None:
+    from memwatch.analysis import weigh as w
+
+    for i in range(40):  # memwatch's per-type cache grows as new types are met
+        w.is_user_type(type(f"T{i}", (), {}))
+    c = C.take_census()
+    assert id(w._user_type) not in c.containers
+
+
+def test_classes_weigh_nothing() -> None:
+    s = W.Scale()
+    assert s.weigh({int: True, str: False, np.ndarray: True}) < 1000  # the dict and 3 bools
+    s.close()

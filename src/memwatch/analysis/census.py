@@ -239,6 +239,11 @@ def _drop_own(containers: dict[int, tuple[int, str]], own: list[Any]) -> None:
     """Leave out containers memwatch's own objects hold (two levels down: a census's dict of
     groups, a store's dict of lists): they grow with the run by design."""
     frontier: list[Any] = []
+    for name, mod in list(sys.modules.items()):  # memwatch's module-level caches
+        if name == "memwatch" or name.startswith("memwatch."):
+            d = getattr(mod, "__dict__", None)
+            if isinstance(d, dict):
+                frontier.extend(v for v in d.values() if type(v) in weigh.CONTAINER_TYPES)
     for o in own:
         d = getattr(o, "__dict__", None)
         vals: Any = list(d.values()) if isinstance(d, dict) else []

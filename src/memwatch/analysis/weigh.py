@@ -22,6 +22,7 @@ import itertools
 import os
 import sys
 import sysconfig
+import types
 from typing import Any
 
 from memwatch.analysis import graphs
@@ -43,6 +44,8 @@ CONTAINER_TYPES: dict[type, str] = {
     collections.Counter: "dict",
 }
 
+_SHARED = frozenset({type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
+                     types.CodeType, types.MethodType})
 _ATOMS = (str, bytes, bytearray, int, float, complex, bool, memoryview, type(None))
 _LIB_DIRS = tuple(p + os.sep for p in {
     sysconfig.get_paths().get("stdlib", ""), sysconfig.get_paths().get("platstdlib", ""),
@@ -204,6 +207,8 @@ class Scale:
                         (self._tensor is not None and isinstance(base, self._tensor)):
                     stack.append(base)  # a view: the memory is its base's
                 continue
+            if tp in _SHARED:
+                continue  # classes, modules, functions: the program's, not the growth's
             try:
                 total += sys.getsizeof(o)
             except Exception:  # noqa: BLE001 - objects whose __sizeof__ fails
