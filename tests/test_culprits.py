@@ -167,3 +167,13 @@ def test_classes_weigh_nothing() -> None:
     s = W.Scale()
     assert s.weigh({int: True, str: False, np.ndarray: True}) < 1000  # the dict and 3 bools
     s.close()
+
+
+def test_dict_of_tuples_reads_as_tuples() -> None:
+    cache = {i: (torch.ones(4), i) for i in range(20)}
+    assert W.element_name(cache[3]) == "tuples"
+    g = W.ContainerGrowth(id(cache), "dict", 20, 20, True)
+    s = W.Scale()
+    W.weigh_growth(g, cache, s)
+    s.close()
+    assert g.element == "tuples" and g.bytes_delta >= 20 * 16

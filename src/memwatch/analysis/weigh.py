@@ -152,8 +152,6 @@ def new_elements(obj: Any, kind: str, len_delta: int, k: int = SAMPLE) -> list[A
 
 def element_name(x: Any) -> str:
     """A readable plural for what a container holds: "tensors", "numpy arrays", "dicts"."""
-    if isinstance(x, tuple) and len(x) == 2 and not _is_tensor(x):
-        x = x[1]  # a dict item: its value
     if _is_tensor(x):
         return "tensors"
     tp = type(x)
@@ -261,7 +259,8 @@ def weigh_growth(g: ContainerGrowth, obj: Any, scale: Scale) -> None:
     nodes_before = scale.graph_nodes
     w = sum(scale.weigh(x) for x in sample)
     per = w / len(sample)
-    g.element = element_name(sample[-1])
+    last = sample[-1]
+    g.element = element_name(last[1] if g.kind == "dict" else last)  # a dict's: (key, value)
     g.graph_nodes = int((scale.graph_nodes - nodes_before) * g.len_delta / len(sample))
     own = sys.getsizeof(obj) if g.new else 8 * g.len_delta
     g.bytes_delta = per * g.len_delta + own
