@@ -11,6 +11,7 @@ from accelerate_helpers import setup, train, wandb_history
 
 from memwatch import MemWatchWarning
 from memwatch.integrations.accelerate import attach
+from memwatch.testing import malloc_trim
 
 wandb = pytest.importorskip("wandb")
 
@@ -20,6 +21,12 @@ def test_metrics_and_findings_reach_an_offline_wandb_run(
 ) -> None:
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_MODE", "offline")
+    # What earlier tests freed goes back to the kernel first: the planted 1 MiB a step would
+    # otherwise refill that heap and RSS stay flat (failed once in a full run of the suite).
+    import gc
+
+    gc.collect()
+    malloc_trim()
     acc, model, opt, data = setup(n_batches=48, batch_size=128, width=2048, log_with="wandb",
                                   project_dir=str(tmp_path))
     acc.init_trackers("memwatch-accelerate-test",
