@@ -77,14 +77,7 @@ def untracked_dicts(user_instances: list[Any]) -> dict[int, tuple[int, str]]:
     """Large dicts the collector does not track, held by user modules' globals or by attributes
     of user-class instances: ``id -> (len, "dict")``."""
     out: dict[int, tuple[int, str]] = {}
-    spaces: list[Any] = [getattr(m, "__dict__", None) for m in list(sys.modules.values())
-                         if m is not None and is_user_module(m)]
-    for o in user_instances:
-        try:
-            spaces.append(object.__getattribute__(o, "__dict__"))
-        except Exception:  # noqa: BLE001 - slots, proxies
-            continue
-    for ns in spaces:
+    for ns in _namespaces(user_instances):
         if not isinstance(ns, dict):
             continue
         for v in list(ns.values()):
@@ -92,6 +85,18 @@ def untracked_dicts(user_instances: list[Any]) -> dict[int, tuple[int, str]]:
                     isinstance(v, dict) and not _is_tracked(v):
                 out[id(v)] = (len(v), "dict")
     return out
+
+
+def _namespaces(user_instances: list[Any]) -> list[Any]:
+    """Where user code keeps untracked dicts: user modules' globals, user instances' attributes."""
+    spaces: list[Any] = [getattr(m, "__dict__", None) for m in list(sys.modules.values())
+                         if m is not None and is_user_module(m)]
+    for o in user_instances:
+        try:
+            spaces.append(object.__getattribute__(o, "__dict__"))
+        except Exception:  # noqa: BLE001 - slots, proxies
+            continue
+    return spaces
 
 
 def _is_tracked(o: Any) -> bool:
@@ -274,18 +279,16 @@ def objects_for(ids: set[int]) -> dict[int, Any]:
     out: dict[int, Any] = {}
     if not ids:
         return out
-    spaces: list[Any] = [getattr(m, "__dict__", None) for m in list(sys.modules.values())
-                         if m is not None and is_user_module(m)]
+    user: list[Any] = []
     for o in gc.get_objects():
         i = id(o)
         if i in ids:
             out[i] = o
         elif is_user_type(type(o)):
-            try:
-                spaces.append(object.__getattribute__(o, "__dict__"))
-            except Exception:  # noqa: BLE001
-                continue
+            user.append(o)
     missing = ids - out.keys()
+    spaces = _namespaces(user) if missing else []
+    user.clear()
     if missing:
         for ns in spaces:
             if isinstance(ns, dict):
