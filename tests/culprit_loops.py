@@ -58,6 +58,7 @@ def run() -> list[list[dict]]:
             self.kept.append(score_map.view(-1)[:64])  # a view: the whole map stays alive
 
     metric = ScoreMetric()
+    kept_grads: list[torch.Tensor] = []  # local_list: held by this running frame only
     with memwatch.watch(device="cpu", workers=False, out_dir=tempfile.mkdtemp()) as mw:
         s = 0
         for _e in range(EPOCHS):
@@ -73,6 +74,8 @@ def run() -> list[list[dict]]:
                     kept_arrays.append(np.random.rand(12800))  # 100 KiB
                 elif mode == "string_dict":
                     step_log[f"step {s}"] = f"loss={loss.item():.6f} " + "x" * 8000
+                elif mode == "local_list":
+                    kept_grads.append(torch.ones(16384))  # 64 KiB
                 elif mode == "views":
                     with torch.no_grad():
                         metric.update(torch.randn(16, 8, 256))  # 128 KiB map, 256 B kept

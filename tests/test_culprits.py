@@ -49,6 +49,8 @@ LOOPS = {
     "bytearray_no_torch": ("culprit_loops.debug_frames (list,", "bound it"),
     "graph_sum": ("local total", "loss.item()"),
     "views": ("local metric.kept (list,", ".clone()"),
+    # a list only a running frame holds (the collector does not see running frames)
+    "local_list": ("run() (culprit_loops.py:", "bound it"),
 }
 
 
@@ -57,6 +59,8 @@ def test_leak_named_in_bytes_at_its_holder(mode: str, tmp_path: Path) -> None:
     epoch, leak = _first_leak(run_loop(mode, tmp_path))
     culprit, fix = LOOPS[mode]
     assert culprit in leak["culprit"], leak["culprit"]
+    if mode == "local_list":
+        assert ": local kept_grads (list," in leak["culprit"], leak["culprit"]
     assert any(fix in s for s in leak["suggestions"]), leak["suggestions"]
     # confirmed at the second check after the leak starts (epoch 0 is the first)
     assert epoch <= 2, epoch

@@ -173,8 +173,10 @@ def attribute(metric: str, cur: EpochStats, pair: tuple[CensusRecord, CensusReco
         target = objs.pop(c.target, None)
         if target is None:
             continue
+        # (``objs`` still holds the other candidates, a container among them: not a holder)
         holder = holders_mod.holder_of(target,
-                                       budget_s=max(deadline - time.perf_counter(), 0.1))
+                                       budget_s=max(deadline - time.perf_counter(), 0.1),
+                                       ignore=(id(objs),))
         del target
         if holder is None:
             continue

@@ -70,11 +70,14 @@ def find_holder(obj_id: int, max_depth: int = 10, budget_s: float = 2.0) -> Hold
     return holder_of(target, max_depth, budget_s)
 
 
-def holder_of(target: Any, max_depth: int = 10, budget_s: float = 2.0) -> Holder | None:
+def holder_of(target: Any, max_depth: int = 10, budget_s: float = 2.0,
+              ignore: tuple[int, ...] = ()) -> Holder | None:
     """Name what keeps ``target`` alive (bounded walk upwards). The caller's own containers
-    must not hold it (they would be reported); its frames are skipped when they run memwatch's
-    code, so pass it from there or through :func:`find_holder`."""
+    must not hold it (they would be reported) unless their ids are in ``ignore``; its frames
+    are skipped when they run memwatch's code, so pass it from there or through
+    :func:`find_holder`."""
     walker = _Walker(budget_s)
+    walker.ignore.update(ignore)
     try:
         return walker.walk(target, max_depth)
     finally:
