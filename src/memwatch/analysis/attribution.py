@@ -164,7 +164,7 @@ def attribute(metric: str, cur: EpochStats, pair: tuple[CensusRecord, CensusReco
     # Host growth that no live tensor or Python object explains: the allocator kept it. The
     # growth is the judged one (floors, over the stretch between the censuses): two point reads
     # of RSS at the census moments would let a busy machine decide the verdict.
-    if metric == "host.rss":
+    if metric.startswith("host.rss"):  # host.rss, or its anonymous / shared-memory part
         rss_growth = growth
         tensor_growth = sum(max(e, 0) for e, _, _ in scored)
         obj_growth = 64 * sum(d for _, d in types)
