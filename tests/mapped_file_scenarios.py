@@ -1,7 +1,7 @@
 """A real loop that reads a dataset through ``np.memmap``, with or without a leak beside it; run
 by test_mapped_file.py, one interpreter per mode (RSS is per process).
 
-Usage: python mapped_file_scenarios.py MODE DATA_DIR OUT_JSON
+Usage: python mapped_file_scenarios.py MODE DATA_DIR OUT_JSON [sampled]
 
 Every mode reads a 96 MiB file through one ``np.memmap``, a quarter of it per epoch, so RSS grows
 by file-backed pages while anonymous memory stays flat. Beside that:
@@ -13,6 +13,10 @@ by file-backed pages while anonymous memory stays flat. Beside that:
   buffers are traced allocations; the census counts arrays as objects only);
 * ``batches``: every batch of a 2-worker DataLoader kept and read (its storage is shared memory
   the workers filled: ``host.rss_shmem``, which a mapped file must never explain).
+
+An epoch here takes a fraction of a second, less than the background reader's interval (1 s), so
+RSS by kind is a few reads per epoch. With ``sampled``, steps take 5 ms and the reader runs every
+50 ms: epochs are sampled as a real run's (minutes long) are.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import json
 import os
 import sys
 import tempfile
+import time
 
 import numpy as np
 import torch
@@ -56,6 +61,7 @@ def on_tmpfs(path: str) -> bool:
 
 def main() -> None:
     mode, data_dir, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
+    sampled = sys.argv[4:] == ["sampled"]
     path = os.path.join(data_dir, "train.bin")
     np.random.default_rng(0).integers(0, 255, DATA_BYTES, dtype=np.uint8).tofile(path)
     if on_tmpfs(os.path.realpath(path)):
@@ -72,7 +78,8 @@ def main() -> None:
     torch.set_num_threads(1)
     epochs, latest = [], []
     with memwatch.watch(device="cpu", workers=False, signals=False,
-                        tracemalloc=mode == "numpy", out_dir=tempfile.mkdtemp()) as mw:
+                        tracemalloc=mode == "numpy", out_dir=tempfile.mkdtemp(),
+                        interval_s=0.05 if sampled else 1.0) as mw:
         s = 0
         for _epoch in range(EPOCHS):
             if mode == "batches":
@@ -90,6 +97,8 @@ def main() -> None:
                     float(b.sum())  # read: its pages become resident here
                     kept.append(b)
                 s += 1
+                if sampled:
+                    time.sleep(0.005)  # the step's compute
                 mw.step()
             epochs.append([f.to_dict() for f in mw.end_epoch()])
             latest.append(mw.latest())

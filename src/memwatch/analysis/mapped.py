@@ -162,13 +162,12 @@ def _finding(ctx: CheckContext, g: RssSplitGrowth) -> Finding:
     span = f"across {len(g.units)} checks" if g.units[-1].startswith("s") else \
         f"over {len(g.units)} epochs"
     msg = (
-        f"This process's resident memory (RSS) grew by {fmt_bytes(g.rss)} {span}, and "
-        f"{fmt_bytes(g.file)} of it ({min(g.file_share, 1.0):.0%}) are file-backed pages "
-        "(host.rss_file): pages of memory-mapped files the process has read, such as an "
-        "np.memmap, an Arrow / Hugging Face dataset, safetensors or model weights loaded with "
-        "mmap. They count in RSS but are page cache: the kernel drops them (writing dirty ones "
-        "back first) as soon as memory is needed. This is not a leak and not allocator "
-        "retention."
+        f"This process's resident memory (RSS) grew by {fmt_bytes(g.rss)} {span}, and its "
+        f"file-backed pages (host.rss_file) by {fmt_bytes(g.file)} over the same stretch: pages "
+        "of memory-mapped files the process has read, such as an np.memmap, an Arrow / Hugging "
+        "Face dataset, safetensors or model weights loaded with mmap. They count in RSS but are "
+        "page cache: the kernel drops them (writing dirty ones back first) as soon as memory is "
+        "needed. This is not a leak and not allocator retention."
     )
     if g.anon is not None and g.anon_threshold is not None:
         if g.anon <= g.anon_threshold:
