@@ -71,7 +71,7 @@ def _growth(hist: list[EpochStats] | None, first: str, last: str
     if a is None or b is None:
         return None
     units = [h.unit for h in hist]
-    between = hist[units.index(first):units.index(last) + 1]
+    between = hist[units.index(first):units.index(last) + 1] or [a, b]
     return b.floor - a.floor, max(h.threshold for h in between)
 
 
