@@ -1,7 +1,8 @@
 """Produce one finding of every kind and print it: the source of docs/findings.md.
 
 Device-side kinds use scripted FakeDevice counters (no GPU needed); the host leak is a real CPU
-training loop whose evaluation keeps its outputs with their autograd graphs.
+training loop whose evaluation keeps its outputs with their autograd graphs, and the mapped file a
+real loop reading a dataset through ``np.memmap``.
 
     python examples/findings_gallery.py            # all kinds
     python examples/findings_gallery.py --quick    # fewer steps (CI)
@@ -9,6 +10,7 @@ training loop whose evaluation keeps its outputs with their autograd graphs.
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import textwrap
@@ -82,6 +84,27 @@ def host_leak() -> None:
                 return
 
 
+def mapped_dataset() -> None:
+    """Token ids read through np.memmap, a quarter of the file per epoch (as nanoGPT's train.bin):
+    RSS grows by the file's pages, anonymous memory stays flat."""
+    epochs, size = 4, 96 * MIB
+    path = os.path.join(tempfile.mkdtemp(), "train.bin")
+    rng.integers(0, 50_000, size // 2, dtype=np.uint16).tofile(path)
+    data = np.memmap(path, dtype=np.uint16, mode="r")
+    chunk = len(data) // (epochs * STEPS)
+    with memwatch.watch(device="cpu", workers=False, out_dir=tempfile.mkdtemp()) as mw:
+        s = 0
+        for _epoch in range(epochs):
+            for _ in range(STEPS):
+                x = torch.from_numpy(data[s * chunk:(s + 1) * chunk].astype(np.int64))
+                float(x.float().mean())  # the "model"
+                s += 1
+                mw.step()
+            for f in mw.end_epoch():
+                show(f)
+                return
+
+
 def main() -> None:
     print("== leak (device, scripted: 100 kB/step with noise)")
     scripted("leak", lambda i, s: GIB + s * 100_000 + rng.normal(0, 2e6))
@@ -98,6 +121,8 @@ def main() -> None:
     scripted("near", lambda i, s: 0.95 * 16 * GIB + rng.normal(0, 1e5), epochs=1)
     print("== leak (host, real CPU loop: evaluation outputs kept with their graphs)")
     host_leak()
+    print("== mapped_file (host, real CPU loop reading a dataset through np.memmap)")
+    mapped_dataset()
 
 
 if __name__ == "__main__":

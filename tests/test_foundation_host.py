@@ -36,7 +36,8 @@ def test_uss_pss_from_smaps_rollup() -> None:
     p = HostProbe()
     slow = p.read_slow()
     p.close()
-    assert set(slow) == {"host.uss", "host.pss", "host.swap"}
+    assert set(slow) == {"host.uss", "host.pss", "host.swap", "host.rss_anon", "host.rss_file",
+                         "host.rss_shmem"}
     full = psutil.Process().memory_full_info()
     assert abs(slow["host.uss"] - full.uss) <= max(0.05 * full.uss, 4 * MiB)
     assert 0 < slow["host.uss"] <= slow["host.pss"] <= psutil.Process().memory_info().rss * 1.05

@@ -16,7 +16,8 @@ from memwatch import MemWatch
 from memwatch.probes.base import DEVICE_FAST_KEYS
 from memwatch.testing import FakeDevice
 
-HOST_KEYS = {"host.rss", "host.uss", "host.pss", "host.swap"}
+HOST_KEYS = {"host.rss", "host.uss", "host.pss", "host.swap", "host.rss_anon", "host.rss_file",
+             "host.rss_shmem"}
 
 
 def _host_keys() -> set[str]:

@@ -195,7 +195,7 @@ def attribute(metric: str, cur: EpochStats, pair: tuple[CensusRecord, CensusReco
     # Host growth that no live tensor or Python object explains: the allocator kept it. The
     # growth is the judged one (floors, over the stretch between the censuses): two point reads
     # of RSS at the census moments would let a busy machine decide the verdict.
-    if metric == "host.rss":
+    if metric.startswith("host.rss"):  # host.rss, or its anonymous / shared-memory part
         rss_growth = growth
         tensor_growth = sum(max(c.bytes, 0) for c in cands if c.group is not None)
         object_growth = sum(max(c.bytes, 0) for c in cands if c.container is not None)

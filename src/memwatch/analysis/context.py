@@ -46,10 +46,16 @@ class AnalyzerConfig:
     census_when_suspected: bool = True  # ... or when growth is suspected
     holder_budget_s: float = 5.0  # time allowed to name holders at one epoch end
     retention_explained: float = 0.2  # host growth explained by objects below this share
+    # Host RSS growth of which file-backed pages are at least this share is judged in parts:
+    # the file-backed pages (``mapped_file``, info: the kernel reclaims them) and the anonymous
+    # and shared-memory parts, each by the usual rules. A majority: below it the anonymous part
+    # is most of the growth and judging RSS as one says the same about it.
+    mapped_file_share: float = 0.5
     info_min_rel: float = 0.01  # info findings (plateau, step) only above this share of level
 
     def __post_init__(self) -> None:
-        for name in ("carry_fraction", "near_oom_margin", "retention_explained"):
+        for name in ("carry_fraction", "near_oom_margin", "retention_explained",
+                     "mapped_file_share"):
             v = getattr(self, name)
             if not 0 <= v <= 1:
                 raise ValueError(f"AnalyzerConfig.{name}={v!r} must be between 0 and 1")

@@ -20,6 +20,8 @@ def _where(metric: str) -> str:
         "device.reserved": "Memory reserved by the accelerator's caching allocator",
         "host.rss": "This process's resident host memory (RSS)",
         "host.uss": "This process's private host memory (USS)",
+        "host.rss_anon": "This process's anonymous resident memory (the heap, anonymous maps)",
+        "host.rss_shmem": "This process's resident shared memory (/dev/shm, memfd)",
         "workers.uss": "Private memory (USS) of the DataLoader worker processes",
         "workers.rss": "Resident memory of the DataLoader worker processes",
         "cgroup.working_set": ("The job's memory cgroup (this process, its workers and the rest "

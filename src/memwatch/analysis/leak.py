@@ -5,7 +5,8 @@ floor of this epoch sits above the floor of the previous one by at least a share
 previous epoch gained. Growth released at the epoch end is *accumulation*; growth that levels off
 is a *plateau*; a single jump is a *step change*. Floors that rise epoch after epoch by similar
 amounts are a leak too, even when no single epoch shows a significant trend. On the host, a leak
-needs live objects that explain it; growth they do not explain is *allocator retention*.
+needs live objects that explain it; growth they do not explain is *allocator retention*, and
+growth that is mostly pages of mapped files is *mapped_file* (:mod:`.mapped`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from memwatch.analysis import explain
+from memwatch.analysis import explain, mapped
 from memwatch.analysis.attribution import (
     CensusRecord,
     attribute,
@@ -78,6 +79,13 @@ def judge(metric: str, summary: EpochSummary, history: dict[str, list[EpochStats
     cur = hist[-1]
     prev = hist[-2] if len(hist) >= 2 else None
     v = verdict(hist, cfg)
+    if v == "leak" and metric == "host.rss":
+        found = mapped.judge(history, ctx, cfg)
+        if found is not None:  # mostly pages of mapped files: the other parts on their own
+            parts = mapped.parts_history(history)
+            return once(metric, "mapped_file", found) + mapped.one_per_culprit([
+                f for part in mapped.PARTS if part in parts and verdict(parts[part], cfg) == "leak"
+                for f in judge(part, summary, parts, pair, ctx, cfg, once)])
     trace = ctx.trace if metric.startswith("host.") else None  # tracemalloc sees the host only
     if v == "leak" and metric.startswith("host.") and pair is None and \
             ctx.census != "never" and not traced_explains(trace, cfg):
@@ -133,7 +141,7 @@ def _leak_finding(metric: str, summary: EpochSummary, hist: list[EpochStats],
         log.debug("memwatch: %s grew by %s, memwatch's own while tracing; no finding",
                   metric, attribution.tracemalloc_summary)
         return None
-    if attribution.retention and metric == "host.rss":
+    if attribution.retention and metric.startswith("host.rss"):
         return explain.allocator_retention(ctx.origin, metric, slope, attribution)
     return explain.leak(origin=ctx.origin, metric=metric, stats=hist, slope=slope,
                         slope_ci=(low, high), limit=limit, peak_now=peak_now,

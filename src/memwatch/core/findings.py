@@ -25,6 +25,7 @@ KINDS: tuple[str, ...] = (
     "accumulation",
     "fragmentation",
     "allocator_retention",
+    "mapped_file",
     "near_oom",
     "rank_leak",
     "rank_near_oom",

@@ -39,6 +39,8 @@ key                                                 meaning
 ==================================================  ==============================================
 ``memwatch/host.rss_gib``                           this process's resident memory (per step)
 ``memwatch/host.uss_gib``, ``host.pss_gib``         private / proportional memory (background)
+``memwatch/host.rss_anon_gib``, ``.rss_file_gib``   RSS by kind: anonymous, file-backed (mapped
+``memwatch/host.rss_shmem_gib``                     files), shared memory (background)
 ``memwatch/device.allocated_gib`` ...               accelerator allocator counters (CUDA/MPS)
 ``memwatch/workers.count``, ``workers.uss_gib``     live DataLoader workers and their memory
 ``memwatch/cgroup.working_set_gib``, ``.usage_gib``  the job's memory cgroup (background)

@@ -43,7 +43,8 @@ MAX_POINTS = 1500
 CHART_METRICS: tuple[str, ...] = (
     "device.allocated", "device.reserved", "device.active", "device.peak",
     "device.inactive_split", "device.process_used",
-    "host.rss", "host.uss", "host.pss", "host.swap",
+    "host.rss", "host.rss_anon", "host.rss_file", "host.rss_shmem", "host.uss", "host.pss",
+    "host.swap",
     "workers.rss", "workers.uss", "workers.pss", "workers.max_uss",
 )
 

@@ -4,7 +4,10 @@ Two kinds of trigger:
 
 * **utilization** of a known limit (device total, cgroup/physical host memory), per scope
   (``device``, ``host``): ``warning`` and ``critical`` thresholds with hysteresis, so a run
-  hovering at the threshold gets one alert per crossing, not one per sample;
+  hovering at the threshold gets one alert per crossing, not one per sample. The host scope
+  counts ``host.rss`` less its file-backed pages (``host.rss_file``, where Linux reports it):
+  pages of mapped files are page cache the kernel reclaims before it kills anything, and a
+  mapped dataset may fill RSS up to the machine's memory in a healthy run;
 * **forecast**: an analyzer finding of kind ``near_oom``, or any finding whose ``steps_to_oom``
   is below ``horizon_steps`` (one alert per finding kind and metric until it goes away).
 
@@ -52,8 +55,8 @@ from memwatch.core.protocols import SessionView
 from memwatch.core.units import fmt_bytes
 from memwatch.probes.procfs import rss_now
 
-__all__ = ["ACTIONS", "DEFAULT_METRICS", "Alert", "Watchdog", "WatchdogConfig", "holders",
-           "parse_watchdog"]
+__all__ = ["ACTIONS", "DEFAULT_METRICS", "Alert", "Watchdog", "WatchdogConfig", "file_pages",
+           "holders", "parse_watchdog"]
 
 log = logging.getLogger("memwatch")
 
@@ -162,6 +165,20 @@ def holders(latest: Mapping[str, float], total: float) -> str:
             + f"; largest: {largest}")
 
 
+def file_pages(latest: Mapping[str, float]) -> float:
+    """The file-backed resident bytes the host scope leaves out of ``host.rss`` (0 when
+    unknown): mapped files' pages, which the kernel reclaims under pressure.
+
+    >>> file_pages({"host.rss": 900.0, "host.rss_file": 600.0}), file_pages({"host.rss": 9.0})
+    (600.0, 0.0)
+    """
+    f = latest.get("host.rss_file")
+    rss = latest.get("host.rss")
+    if f is None or rss is None or not math.isfinite(f) or not math.isfinite(rss) or f <= 0:
+        return 0.0
+    return min(float(f), float(rss))  # the split is a background read: never below zero
+
+
 def parse_watchdog(value: Any) -> WatchdogConfig | None:
     """``True`` (defaults), ``False``/``None`` (off), a :class:`WatchdogConfig` or a dict."""
     if value is True:
@@ -261,6 +278,8 @@ class Watchdog:
             v = latest.get(metric)
             if v is None or not limit or limit <= 0 or math.isnan(v):
                 continue
+            if metric == "host.rss":
+                v -= file_pages(latest)
             scope = metric.split(".", 1)[0]
             u = v / limit
             if scope not in out or u > out[scope][0]:
@@ -288,6 +307,9 @@ class Watchdog:
                        f"{(cfg.critical if new == 2 else cfg.warning) * 100:.0f}%)")
                 if scope == "cgroup":
                     msg += "; " + holders(self.view.latest(), value)
+                if metric == "host.rss" and file_pages(self.view.latest()) > 0:
+                    msg += (f"; {fmt_bytes(file_pages(self.view.latest()))} of file-backed "
+                            "pages (mapped files, reclaimable) not counted")
                 alert = Alert(level, scope, metric, msg, self.view.step_count, value, limit, u)
                 reason = (f"{scope} memory at {u * 100:.0f}% of its limit ({level} threshold "
                           f"{(cfg.critical if new == 2 else cfg.warning) * 100:.0f}%)")

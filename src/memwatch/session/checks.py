@@ -135,8 +135,6 @@ class Checks:
         if tl is None or self.analyzer is None or "analyzer" in self.disabled:
             return []
         try:
-            if self._slow is not None:
-                self._slow.poll()  # fresh USS/PSS and worker readings for the verdicts
             summary = tl.end_segment()
             partial = tl.epoch_so_far() if tl.epochs else None
         except Exception as e:  # noqa: BLE001
@@ -221,8 +219,22 @@ class Checks:
                 stage=self.config.stage, epoch=summary.epoch, step=self.step_count,
                 check=origin.check or 0, at=at, findings=tuple(new), summary=summary,
                 rank_summaries=tuple(self.rank_summaries)))
+        self._refresh_slow()
         self._checked()
         return new
+
+    def _refresh_slow(self) -> None:
+        """After a check, fresh slow readings (USS/PSS, RSS by kind, workers) for the rows of the
+        next unit. The closed unit's rows are already summarised, so a read before the check
+        reaches no verdict; read after it, the next unit starts from what the check left (its
+        census, its findings), as the per-step RSS does, instead of showing it one unit late
+        when the unit is shorter than the background interval."""
+        if self._slow is None:
+            return
+        try:
+            self._slow.poll()
+        except Exception as e:  # noqa: BLE001 - each probe guards itself; this is the backstop
+            self._disable("slow reader", e)
 
     def _judge(self, summary: EpochSummary, ctx: CheckContext) -> list[Finding]:
         tracer = self._tracer

@@ -371,8 +371,6 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
         if not self._running or self.timeline is None:
             return []
         try:
-            if self._slow is not None:
-                self._slow.poll()  # fresh USS/PSS and worker readings for the verdicts
             summary = self.timeline.end_epoch()
         except Exception as e:  # noqa: BLE001
             self._disable("epoch summary", e)
@@ -450,7 +448,8 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
 
 
 #: Metrics whose limit, inside a memory cgroup, is what the rest of the job leaves them.
-_JOB_SHARED = ("host.rss", "host.uss", "host.pss", "workers.uss", "workers.pss", "workers.rss")
+_JOB_SHARED = ("host.rss", "host.uss", "host.pss", "host.rss_anon", "host.rss_shmem",
+               "workers.uss", "workers.pss", "workers.rss")
 
 #: Every started session: a forked child (a DataLoader worker) makes its copies inert.
 _in_children = ForkRegistry("after_fork_in_child")
