@@ -83,9 +83,18 @@ def judge(metric: str, summary: EpochSummary, history: dict[str, list[EpochStats
         found = mapped.judge(history, ctx, cfg)
         if found is not None:  # mostly pages of mapped files: the other parts on their own
             parts = mapped.parts_history(history)
-            return once(metric, "mapped_file", found) + mapped.one_per_culprit([
+            out = mapped.one_per_culprit([
                 f for part in mapped.PARTS if part in parts and verdict(parts[part], cfg) == "leak"
                 for f in judge(part, summary, parts, pair, ctx, cfg, once)])
+            if not out and pair is not None:
+                # The parts, read in the background, may not show a trend yet (a few reads a
+                # unit) while the census already names live objects that explain the rest:
+                # library code pages faulted in by the first steps are file-backed too, and
+                # must not delay a leak the census has evidence for.
+                f = _leak_finding(metric, summary, hist, history, pair, None, ctx, cfg)
+                if f is not None and f.kind == "leak" and f.culprit:
+                    out = [f]
+            return once(metric, "mapped_file", found) + out
     trace = ctx.trace if metric.startswith("host.") else None  # tracemalloc sees the host only
     if v == "leak" and metric.startswith("host.") and pair is None and \
             ctx.census != "never" and not traced_explains(trace, cfg):
