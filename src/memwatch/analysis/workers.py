@@ -7,10 +7,12 @@ page has been copied. USS and RSS rising together is each worker accumulating it
 
 from __future__ import annotations
 
-from memwatch.analysis import explain
+import numpy as np
+
+from memwatch.analysis import explain, worker_count
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
 from memwatch.analysis.forecast import consequence, remaining_steps
-from memwatch.analysis.leak import Once, verdict
+from memwatch.analysis.leak import Once, verdict, worth_reporting
 from memwatch.analysis.shapes import EpochStats, last_value
 from memwatch.core.findings import Finding
 from memwatch.timeline import EpochSummary
@@ -27,10 +29,17 @@ def judge(metric: str, summary: EpochSummary, history: dict[str, list[EpochStats
     count = last_value(summary, "workers.count")
     if not count:
         return []
+    if worker_count.rising(history.get(worker_count.COUNT, [])):
+        # More workers, not bigger ones: the count's own finding (once it names who keeps the
+        # old DataLoaders), never "each worker accumulates its own state".
+        f = worker_count.judge(history, ctx, cfg)
+        return [f] if f is not None else []
     uss_gain = max(cur.rise, cur.growth)
     rss_gain = max(rss.rise, rss.growth) if rss is not None else 0.0
     cow = cur.shape in ("growing", "plateau") and uss_gain > cur.threshold and \
-        rss_gain < 0.25 * uss_gain
+        rss_gain < 0.25 * uss_gain and worth_reporting(cur, uss_gain, cfg)
+    if not cow and len(hist) == 1:
+        cow = _first_unit_cow(summary, cur, cfg)
     if cow:
         return once(metric, "plateau",
                     explain.worker_cow(ctx.origin, metric, cur, rss, int(count)))
@@ -52,3 +61,34 @@ def judge(metric: str, summary: EpochSummary, history: dict[str, list[EpochStats
     if cur.shape == "plateau":
         return once(metric, "plateau", explain.plateau(ctx.origin, metric, cur))
     return []
+
+
+def _first_unit_cow(summary: EpochSummary, cur: EpochStats, cfg: AnalyzerConfig) -> bool:
+    """Copy-on-write that saturates early in the first unit: the shape statistics leave out
+    the first unit's warm-up (where the copying happens when workers read the whole Dataset at
+    once), so the raw series decide, from the first sample with every worker alive. Private
+    growth raises RSS as much as USS (ratio 1), copy-on-write raises USS alone (ratio 0):
+    half-way decides."""
+    try:
+        _, uss = summary.series("workers.uss", "floor")
+        _, rss = summary.series("workers.rss", "floor")
+        _, cnt = summary.series("workers.count", "floor")
+    except (KeyError, ValueError):
+        return False
+    ok = ~(np.isnan(uss) | np.isnan(rss) | np.isnan(cnt))
+    uss, rss, cnt = uss[ok], rss[ok], cnt[ok]
+    if len(uss) < 6:
+        return False
+    full = np.nonzero(cnt >= cnt.max())[0]
+    k = max(2, len(uss) // 10)
+    # From the workers' first sample, and from the one after it (their start-up, in RSS and
+    # USS alike, may fall between the two): either shows the copying on its own.
+    for first in (int(full[0]), int(full[0]) + 1):
+        if first >= len(uss) - k:
+            break
+        uss_gain = float(np.min(uss[-k:]) - uss[first])
+        rss_gain = float(np.max(rss[first:]) - rss[first])
+        if uss_gain > cur.threshold and worth_reporting(cur, uss_gain, cfg) and \
+                rss_gain < 0.5 * uss_gain:
+            return True
+    return False

@@ -1,0 +1,127 @@
+"""Workers that multiply: DataLoader worker processes whose number keeps rising across checks.
+
+A persistent-worker DataLoader built again and again (an eval loader rebuilt at every
+``evaluate()`` and kept by whatever prepared it: transformers#28469) leaves its workers alive:
+the count of live workers rises at every evaluation while each worker stays the same size. That
+is not per-worker growth (a cache in the Dataset) and the fix is not in the Dataset: it is
+whatever keeps the old DataLoaders. The verdict needs the **floor** of the count (its minimum
+over a unit) to rise at two checks in a row: workers of a non-persistent loader come and go
+every epoch, and an eval loader's exist only while it runs, so neither moves the floor, whatever
+the sampling caught. The holder is named from the live DataLoaders whose worker processes are
+still running, found at the check (one pass over the collector's objects, only then).
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+from typing import Any
+
+from memwatch.analysis import holders
+from memwatch.analysis.context import AnalyzerConfig, CheckContext
+from memwatch.analysis.forecast import consequence, remaining_steps
+from memwatch.analysis.shapes import EpochStats
+from memwatch.core.findings import Finding
+from memwatch.core.units import fmt_bytes
+
+__all__ = ["judge", "rising"]
+
+COUNT = "workers.count"
+
+
+def rising(count: list[EpochStats]) -> bool:
+    """The count's floor rose at each of the last two checks (by a whole worker or more)."""
+    if len(count) < 3:
+        return False
+    f = [h.floor for h in count[-3:]]
+    return f[1] >= f[0] + 1 and f[2] >= f[1] + 1
+
+
+def judge(history: dict[str, list[EpochStats]], ctx: CheckContext,
+          cfg: AnalyzerConfig) -> Finding | None:
+    count = history.get(COUNT, [])
+    uss = history.get("workers.uss", [])
+    if not rising(count) or len(uss) < 3:
+        return None
+    first, cur = count[-3], count[-1]
+    steps = sum(h.n_steps for h in count[-3:-1]) or cur.n_steps
+    new_workers = cur.floor - first.floor
+    uss_gain = uss[-1].floor - uss[-3].floor
+    per_worker = uss_gain / new_workers if new_workers > 0 else 0.0
+    slope = max(uss_gain, 0.0) / max(steps, 1)
+    limit = ctx.limit("host.rss")
+    peak = uss[-1].peak
+    steps_to_oom = (limit - peak) / slope if limit and slope > 0 and limit > peak else None
+    severity = consequence(steps_to_oom, uss[-1], ctx, cfg)
+    seconds = None if steps_to_oom is None else steps_to_oom * uss[-1].seconds_per_step
+    loaders, holder = _who_keeps_loaders()
+    where = holder.describe() if holder is not None else None
+    culprit = (f"{where} — {loaders} DataLoaders with live workers" if where else
+               f"{loaders} DataLoaders with live workers" if loaders else
+               "DataLoader worker processes left running")
+    msg = (
+        f"The number of live DataLoader worker processes keeps rising: {int(first.floor)} → "
+        f"{int(cur.floor)} over the last checks, while each worker holds about "
+        f"{fmt_bytes(per_worker)} of private memory (workers.uss {fmt_bytes(uss[-3].floor)} → "
+        f"{fmt_bytes(uss[-1].floor)}). New workers are started and the old ones never stop: "
+        "DataLoaders with persistent workers are being built again (often one per evaluation) "
+        "and something keeps the old ones alive."
+    )
+    if where:
+        msg += f" {loaders} of them are alive, held by {where}."
+    if steps_to_oom is not None:
+        msg += f" At this rate the {fmt_bytes(limit)} limit is reached in about " \
+               f"{steps_to_oom:,.0f} steps."
+    return ctx.origin.finding(
+        kind="leak", metric=COUNT, severity=severity, message=msg, bytes_per_step=slope,
+        steps_to_oom=steps_to_oom, seconds_to_oom=seconds, culprit=culprit,
+        suggestions=[
+            "Build the DataLoader once and reuse it (cache the eval loader: the fix of "
+            "transformers#28469), or do not keep references to old ones.",
+            "For a loader used now and then (evaluation), `persistent_workers=False` stops its "
+            "workers when each pass ends.",
+            "If something must keep the loaders (a framework's prepare()), shut their workers "
+            "down when done: `del loader` after the last reference, or the framework's "
+            "free_memory().",
+        ],
+        evidence={"pattern": "worker_count", "count_floors": [h.floor for h in count[-6:]],
+                  "uss_floors": [h.floor for h in uss[-6:]], "per_worker_bytes": per_worker,
+                  "loaders_with_workers": loaders, "holder": where,
+                  "remaining_steps": remaining_steps(uss[-1], ctx)},
+    )
+
+
+def _who_keeps_loaders() -> tuple[int, Any]:
+    """(live DataLoaders whose workers run, the holder of the oldest of them)."""
+    torch = sys.modules.get("torch")
+    data = getattr(getattr(torch, "utils", None), "data", None) if torch is not None else None
+    loader_type = getattr(data, "DataLoader", None)
+    if loader_type is None:
+        return 0, None
+    live: list[Any] = []
+    is_loader: dict[type, bool] = {}
+    for o in gc.get_objects():
+        tp = type(o)  # not isinstance: it reads ``__class__``, which lazy modules act on
+        t = is_loader.get(tp)
+        if t is None:
+            t = is_loader[tp] = issubclass(tp, loader_type)
+        if t and _has_live_workers(o):
+            live.append(o)
+    n = len(live)
+    if not live:
+        return 0, None
+    oldest = live[0]
+    live.clear()
+    try:
+        return n, holders.holder_of(oldest, budget_s=2.0)
+    finally:
+        del oldest
+
+
+def _has_live_workers(loader: Any) -> bool:
+    it = getattr(loader, "_iterator", None)
+    workers = getattr(it, "_workers", None) if it is not None else None
+    try:
+        return any(w.is_alive() for w in list(workers or ()))
+    except Exception:  # noqa: BLE001 - a worker handle we cannot ask
+        return False

@@ -1,0 +1,86 @@
+"""Issue 16: workers that multiply (their count rises: named at what keeps the old DataLoaders)
+and copy-on-write that saturates inside the first epoch, on real DataLoader worker processes.
+Each loop runs in its own interpreter (tests/worker_loops.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memwatch.analysis import worker_count
+from memwatch.analysis.shapes import EpochStats
+from memwatch.analysis.trend import Trend
+
+HERE = Path(__file__).parent
+_runs: dict[str, list[list[dict[str, Any]]]] = {}
+
+
+def run_loop(mode: str, tmp_path: Path) -> list[list[dict[str, Any]]]:
+    if mode not in _runs:
+        out = tmp_path / f"{mode}.json"
+        subprocess.run([sys.executable, str(HERE / "worker_loops.py"), mode, str(out)],
+                       check=True, timeout=240, cwd=tmp_path)
+        _runs[mode] = json.loads(out.read_text())
+    return _runs[mode]
+
+
+def _all(epochs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [f for fs in epochs for f in fs]
+
+
+def test_rebuilt_loaders_are_a_worker_count_leak_named_at_their_holder(tmp_path: Path) -> None:
+    fs = _all(run_loop("rebuilt", tmp_path))
+    counts = [f for f in fs if f["metric"] == "workers.count"]
+    assert counts, fs
+    first = counts[0]
+    assert first["kind"] == "leak" and first["evidence"]["pattern"] == "worker_count"
+    assert first["epoch"] <= 2  # two rises of the count's floor: the third check
+    assert "worker_loops.acc.loaders (list," in first["culprit"], first["culprit"]
+    assert any("persistent_workers=False" in s for s in first["suggestions"])
+    # never called per-worker growth
+    assert not [f for f in fs if f["metric"] == "workers.uss" and f["kind"] == "leak"], fs
+
+
+def test_reused_loader_is_quiet(tmp_path: Path) -> None:
+    fs = _all(run_loop("reused", tmp_path))
+    assert not [f for f in fs if f["metric"].startswith("workers.")], fs
+    assert not [f for f in fs if f["kind"] == "leak"], fs
+
+
+def test_copy_on_write_reported_in_the_first_epoch(tmp_path: Path) -> None:
+    epochs = run_loop("cow", tmp_path)
+    cow = [f for f in epochs[0] if f["evidence"].get("pattern") == "copy_on_write"]
+    assert cow, epochs
+    assert "numpy" in " ".join(cow[0]["suggestions"]) or "Arrow" in " ".join(cow[0]["suggestions"])
+    assert not [f for f in _all(epochs) if f["kind"] == "leak"], epochs
+
+
+def test_numpy_dataset_no_copy_on_write(tmp_path: Path) -> None:
+    fs = _all(run_loop("cow_numpy", tmp_path))
+    assert not [f for f in fs if f["evidence"].get("pattern") == "copy_on_write"], fs
+    assert not [f for f in fs if f["kind"] == "leak"], fs
+
+
+def _stats(floors: list[float]) -> list[EpochStats]:
+    tr = Trend(n=10, s=0.0, z=0.0, p=1.0, slope=0.0, slope_low=0.0, slope_high=0.0,
+               intercept=0.0, r1=0.0, noise=0.0)
+    return [EpochStats(epoch=i, metric="workers.count", n_points=10, n_steps=100,
+                       seconds_per_step=0.01, level=f, floor=f, peak=f + 2, lo_start=f,
+                       lo_end=f, rise=0.0, trend=tr, noise=0.0, threshold=1.0, shape="flat",
+                       unit=f"e{i}") for i, f in enumerate(floors)]
+
+
+@pytest.mark.parametrize(("floors", "rising"), [
+    ([2, 4, 6], True),
+    ([2, 4, 4], False),  # one rise: an eval loader built once more is not yet a pattern
+    ([2, 2, 2], False),  # eval workers that come and go lift the peaks, never the floor
+    ([0, 2, 4, 4], False),
+    ([2], False),
+])
+def test_count_rule(floors: list[float], rising: bool) -> None:
+    assert worker_count.rising(_stats(floors)) is rising
