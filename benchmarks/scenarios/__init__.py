@@ -119,6 +119,10 @@ NAMES: tuple[str, ...] = (
     "ctrl_warmup_plateau",
     "ctrl_worker_clean",
     "ctrl_worker_cow",
+    # reproductions of reported bugs (labels from the threads: leaks and non-leaks)
+    "rep_avgmeter_graph",
+    # their fixed twins (controls)
+    "fix_avgmeter_graph",
     # scripted device series (memwatch.testing.FakeDevice)
     "dev_leak_epoch2",
     "dev_linear_leak",
