@@ -121,11 +121,12 @@ NAMES: tuple[str, ...] = (
     "ctrl_worker_cow",
     # reproductions of reported bugs (labels from the threads: leaks and non-leaks)
     "rep_avgmeter_graph",
+    "rep_eval_loader_forkbomb",
     "rep_hook_activations",
     # their fixed twins (controls)
     "fix_avgmeter_graph",
+    "fix_eval_loader_forkbomb",
     "fix_hook_activations",
-    # synthetic plain Python/numpy leaks
     # scripted device series (memwatch.testing.FakeDevice)
     "dev_leak_epoch2",
     "dev_linear_leak",
