@@ -123,10 +123,12 @@ NAMES: tuple[str, ...] = (
     "rep_avgmeter_graph",
     "rep_eval_loader_forkbomb",
     "rep_hook_activations",
+    "rep_memoize_cache",
     # their fixed twins (controls)
     "fix_avgmeter_graph",
     "fix_eval_loader_forkbomb",
     "fix_hook_activations",
+    "fix_memoize_cache",
     # scripted device series (memwatch.testing.FakeDevice)
     "dev_leak_epoch2",
     "dev_linear_leak",
