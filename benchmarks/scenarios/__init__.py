@@ -124,11 +124,13 @@ NAMES: tuple[str, ...] = (
     "rep_eval_loader_forkbomb",
     "rep_hook_activations",
     "rep_memoize_cache",
+    "rep_mmap_page_cache",
     # their fixed twins (controls)
     "fix_avgmeter_graph",
     "fix_eval_loader_forkbomb",
     "fix_hook_activations",
     "fix_memoize_cache",
+    "fix_mmap_page_cache",
     # scripted device series (memwatch.testing.FakeDevice)
     "dev_leak_epoch2",
     "dev_linear_leak",
