@@ -125,12 +125,14 @@ NAMES: tuple[str, ...] = (
     "rep_hook_activations",
     "rep_memoize_cache",
     "rep_mmap_page_cache",
+    "rep_worker_cow_strings",
     # their fixed twins (controls)
     "fix_avgmeter_graph",
     "fix_eval_loader_forkbomb",
     "fix_hook_activations",
     "fix_memoize_cache",
     "fix_mmap_page_cache",
+    "fix_worker_cow_strings",
     # scripted device series (memwatch.testing.FakeDevice)
     "dev_leak_epoch2",
     "dev_linear_leak",
