@@ -121,6 +121,7 @@ NAMES: tuple[str, ...] = (
     "ctrl_worker_cow",
     # reproductions of reported bugs (labels from the threads: leaks and non-leaks)
     "rep_avgmeter_graph",
+    "rep_epoch_end_outputs",
     "rep_eval_loader_forkbomb",
     "rep_hook_activations",
     "rep_memoize_cache",
@@ -128,6 +129,7 @@ NAMES: tuple[str, ...] = (
     "rep_worker_cow_strings",
     # their fixed twins (controls)
     "fix_avgmeter_graph",
+    "fix_epoch_end_outputs",
     "fix_eval_loader_forkbomb",
     "fix_hook_activations",
     "fix_memoize_cache",
