@@ -126,6 +126,7 @@ NAMES: tuple[str, ...] = (
     "rep_hook_activations",
     "rep_memoize_cache",
     "rep_mmap_page_cache",
+    "rep_outputs_across_epochs",
     "rep_worker_cow_strings",
     # their fixed twins (controls)
     "fix_avgmeter_graph",
@@ -134,6 +135,7 @@ NAMES: tuple[str, ...] = (
     "fix_hook_activations",
     "fix_memoize_cache",
     "fix_mmap_page_cache",
+    "fix_outputs_across_epochs",
     "fix_worker_cow_strings",
     # scripted device series (memwatch.testing.FakeDevice)
     "dev_leak_epoch2",
