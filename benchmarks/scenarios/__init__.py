@@ -92,7 +92,8 @@ class Scenario:
         return dataclasses.asdict(self)
 
 
-#: Every scenario module, leaks first. Keep sorted within each group.
+#: Every scenario module, by group (planted leaks, then controls, ...). Keep sorted within each
+#: group.
 NAMES: tuple[str, ...] = (
     # planted leaks in real training loops
     "leak_eval_outputs",
@@ -137,6 +138,11 @@ NAMES: tuple[str, ...] = (
     "fix_mmap_page_cache",
     "fix_outputs_across_epochs",
     "fix_worker_cow_strings",
+    # synthetic plain Python/numpy leaks
+    "syn_bytearray_no_torch",
+    "syn_deque_late_bound",
+    "syn_numpy_list",
+    "syn_string_dict",
     # scripted device series (memwatch.testing.FakeDevice)
     "dev_leak_epoch2",
     "dev_linear_leak",
