@@ -4,7 +4,8 @@ Thread: https://github.com/visionml/pytracking/pull/313 ("Fix memory leak in
 LTRTrainer._update_stats()"). The reporter found that the trainer passes each statistic to its
 ``AverageMeter`` as a tensor with gradients, so ``sum += val * n`` chains every step's graph onto
 the meter and the graphs accumulate instead of being freed; the fix converts tensors with
-``.item()`` before updating (the maintainer only asked to keep non-tensor values working). In
+``.item()`` before updating. The maintainer did not dispute the leak, only asked that non-tensor
+values keep working (the PR was still open in the copy read). In
 pytracking's ``ltr/admin/stats.py`` the meter's ``new_epoch()`` appends ``avg`` to ``history``
 before resetting, so each epoch's chain is kept for the rest of the run: a leak across epochs.
 

@@ -5,9 +5,9 @@ training_epoch_end"), labelled *working as intended*. The user's ``training_step
 ``{"loss": loss, "x": x}`` with a large ``x`` and the LightningModule overrode
 ``training_epoch_end``; Lightning (1.7) then keeps every step's output until the epoch ends so it
 can pass them to that hook, and memory grew through each epoch until it ran out. The reporter
-concluded it is "a feature instead of a bug": the outputs are released when the epoch ends, and
-the advice was to return only what the epoch-end hook needs (Lightning 2.0 later dropped the
-hook for this reason).
+concluded that this is the intended behaviour, not a bug (the maintainers' label agrees): the
+outputs are released when the epoch ends, and the advice was to return only what the epoch-end
+hook needs.
 
 Reproduction: a minimal Lightning-1.x-style fit loop. The module's ``training_step`` returns the
 loss and its input batch ``x`` (64 KiB); because the module overrides ``training_epoch_end``, the

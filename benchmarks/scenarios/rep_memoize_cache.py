@@ -4,11 +4,13 @@ Thread: https://github.com/msamogh/nonechucks/issues/13 ("Memory leak"). Iterati
 over ``nonechucks.SafeDataset`` made RAM grow for as long as the loop ran. A user found that
 ``SafeDataset``'s per-sample method was wrapped in ``@memoize``, which caches every returned
 sample on the instance (the cache assumes the dataset fits in memory); removing the decorator
-removed the leak, and the maintainer agreed (and proposed making the memoization optional).
+removed the leak, and the maintainer agreed (and proposed making the memoization optional); the
+repository later dropped it (commit 130f502, "remove memoize").
 
 Reproduction: ``SafeDataset`` wraps a dataset whose samples are decoded fresh on each access
-(a new 1 KiB feature tensor and a label). ``_safe_get_item`` is memoized on the instance, in a
-dict stored as ``_memoize__cache`` (the name the thread's ``memoize`` class gives it). The
+(a new 1 KiB feature tensor and a label). Its ``__getitem__`` is memoized on the instance, as in
+the version of the report, in a dict stored as ``_memoize__cache`` (the attribute name the
+thread's ``memoize`` class ends up with). The
 training loop is step-based over a dataset longer than the run (one pass, no index repeats, as
 in the thread's 1,000,000-item example), so the cache gains 64 samples per step for the whole
 run. Fixed twin: ``fix_memoize_cache`` (no memoization).
@@ -99,8 +101,8 @@ class MemoizedSafeDataset(SafeDataset):
     """The version of the report: every sample the wrapper returns is kept on the instance."""
 
     @memoize
-    def _safe_get_item(self, idx: int) -> tuple[torch.Tensor, int] | None:
-        return super()._safe_get_item(idx)
+    def __getitem__(self, idx: int) -> tuple[torch.Tensor, int]:
+        return super().__getitem__(idx)
 
 
 def _run(mw: Any, epochs: int, steps_per_epoch: int, fixed: bool) -> list[list[Any]]:

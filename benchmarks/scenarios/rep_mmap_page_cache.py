@@ -2,11 +2,10 @@
 
 Thread: https://github.com/huggingface/datasets/issues/4883 ("With dataloader RSS memory consumed
 by HF datasets monotonically increase"). Iterating an Arrow-backed (memory-mapped) dataset made
-the process's RSS climb steadily. After a long investigation the participants concluded there is
-no leak: RSS counts the pages of the mapped file that have been read, and those pages are
-file-backed and reclaimable; run under a hard memory limit, the same loop did not die, the kernel
-just dropped mapped pages. ("There is no leak, just badly communicated linux memory usage
-stats.") The recommended reading is to watch anonymous memory, not RSS.
+the process's RSS climb steadily. After a long investigation the participants (following a
+suggestion by rwightman, written up by stas00) concluded there is no leak, only a misleading
+statistic: the dataset is memory-mapped, the kernel maps as much of the file into RAM as it has
+room for and pages it out again when memory is short, and RSS counts those file-backed pages.
 
 Reproduction (``pyarrow`` is not installed here; ``np.memmap`` maps the file the same way): a
 float32 table of 4 KiB rows is written to a temporary file and mapped read-only; each step reads

@@ -4,8 +4,8 @@ Thread: https://github.com/microsoft/InnerEye-DeepLearning/pull/209 ("Do not per
 outputs across epochs"). InnerEye's ``model_train`` appended each epoch's
 ``ModelOutputsAndMetricsForEpoch`` (its metrics *and* the model outputs of every step: logits or
 segmentation posteriors, and labels) to ``train_results_per_epoch``/``val_results_per_epoch``,
-lists that live for the whole run. The PR removed that persistence "as this can lead to out of
-memory issues" and keeps only each epoch's metrics.
+lists that live for the whole run. The PR removed that persistence because it can run the
+process out of memory, and keeps only each epoch's metrics.
 
 Reproduction: a small dense-prediction model (16 positions x 16 classes per sample) trains;
 ``train_epoch`` returns the epoch's metrics and, per step, the loss, the posteriors as a numpy
