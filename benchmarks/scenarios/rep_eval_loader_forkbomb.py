@@ -4,8 +4,9 @@ Thread: https://github.com/huggingface/transformers/issues/28469
 ("`dataloader_persistent_workers=True` causes fork-bomb due to repeated creation of
 `eval_dataloader`"). With persistent workers on, ``Trainer.evaluate()`` built and
 ``accelerator.prepare()``-d a fresh eval DataLoader every time; the prepared loaders stay
-referenced (Accelerate keeps every prepared DataLoader), so each evaluation left its worker
-processes alive and the process count grew until the machine ran out of processes or memory.
+referenced (Accelerate keeps every prepared DataLoader, as sentence-transformers PR 3895
+explains), so each evaluation left its worker processes alive and their number grew with every
+evaluation (the "fork bomb" of the title).
 The maintainers treated it as a bug and fixed it by creating the eval DataLoader once and reusing
 it (transformers PR 29538, completed by PR 39717, which caches the *prepared* loader).
 
