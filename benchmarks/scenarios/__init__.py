@@ -45,8 +45,16 @@ class Scenario:
         true_oom_step: the step at which the scripted series would run out of device memory
             (the forecast is scored against it).
         planted_bytes_per_step: for leaks, the bytes the bug keeps per step on average (tensor
-            payloads; the sanity test checks the raw series grows by about this much).
+            payloads; for reproductions of reported bugs, measured where payloads say too
+            little: see ``REPORTED.md``; the sanity test checks the raw series grows by about
+            this much).
         epochs, steps_per_epoch: the full run; ``quick_epochs``, ``quick_steps``: ``--quick``.
+        source: the public issue thread the scenario reproduces (or, for a fixed twin, whose fix
+            it applies). Required for ``reported`` scenarios and for twins.
+        reported: a reproduction of a memory problem users reported in ``source``; its label
+            (``is_leak``, ``expected_kind``) is the thread's conclusion, not what memwatch says.
+        twin_of: for a fixed twin, the reported scenario it fixes (the same loop with the fix
+            from the thread, or with the thread's non-leak behaviour absent); always a control.
     """
 
     name: str
@@ -64,6 +72,9 @@ class Scenario:
     steps_per_epoch: int = 200
     quick_epochs: int = 3
     quick_steps: int = 150
+    source: str | None = None
+    reported: bool = False
+    twin_of: str | None = None
 
     def __post_init__(self) -> None:
         if self.is_leak != (self.leak_start_epoch is not None):
@@ -72,12 +83,17 @@ class Scenario:
             raise ValueError(f"{self.name}: a leak declares planted_bytes_per_step")
         if self.expected_metric not in ("host", "workers", "device"):
             raise ValueError(f"{self.name}: expected_metric must be host, workers or device")
+        if (self.reported or self.twin_of) and not (self.source or "").startswith("https://"):
+            raise ValueError(f"{self.name}: a reported scenario or twin cites its thread in source")
+        if self.twin_of is not None and (self.is_leak or self.reported):
+            raise ValueError(f"{self.name}: a fixed twin is a control, not a reported bug")
 
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
 
-#: Every scenario module, leaks first. Keep sorted within each group.
+#: Every scenario module, by group (planted leaks, then controls, ...). Keep sorted within each
+#: group.
 NAMES: tuple[str, ...] = (
     # planted leaks in real training loops
     "leak_eval_outputs",
@@ -104,6 +120,29 @@ NAMES: tuple[str, ...] = (
     "ctrl_warmup_plateau",
     "ctrl_worker_clean",
     "ctrl_worker_cow",
+    # reproductions of reported bugs (labels from the threads: leaks and non-leaks)
+    "rep_avgmeter_graph",
+    "rep_epoch_end_outputs",
+    "rep_eval_loader_forkbomb",
+    "rep_hook_activations",
+    "rep_memoize_cache",
+    "rep_mmap_page_cache",
+    "rep_outputs_across_epochs",
+    "rep_worker_cow_strings",
+    # their fixed twins (controls)
+    "fix_avgmeter_graph",
+    "fix_epoch_end_outputs",
+    "fix_eval_loader_forkbomb",
+    "fix_hook_activations",
+    "fix_memoize_cache",
+    "fix_mmap_page_cache",
+    "fix_outputs_across_epochs",
+    "fix_worker_cow_strings",
+    # synthetic plain Python/numpy leaks
+    "syn_bytearray_no_torch",
+    "syn_deque_late_bound",
+    "syn_numpy_list",
+    "syn_string_dict",
     # scripted device series (memwatch.testing.FakeDevice)
     "dev_leak_epoch2",
     "dev_linear_leak",
