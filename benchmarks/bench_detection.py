@@ -53,7 +53,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks import _common, _load, scenarios  # noqa: E402
+from benchmarks import _common, _load, _reported, scenarios  # noqa: E402
 from benchmarks.scenarios import Scenario  # noqa: E402
 
 MiB = 1 << 20
@@ -344,6 +344,9 @@ def score_scenario(sc: Scenario, raw: dict[str, Any]) -> dict[str, Any]:
             row["memwatch"]["culprit_ok"] = any(want in c.lower() for c in culprits)
         if sc.true_oom_step is not None:
             row["memwatch"]["forecast"] = _forecast(sc, raw)
+    rep = _reported.score(sc, row, raw)
+    if rep is not None:
+        row["reported_score"] = rep
     return row
 
 
@@ -483,7 +486,9 @@ def print_table(rows: list[dict[str, Any]], summary: dict[str, Any], total_s: fl
 
 def score(raw: dict[str, dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     rows = [score_scenario(scenarios.load(n).SCENARIO, raw[n]) for n in raw]
-    return rows, summarize(rows)
+    summary = summarize(rows)
+    summary["reported"] = _reported.summarize(rows)
+    return rows, summary
 
 
 def _meta(quick: bool, jobs: int, total_s: float) -> dict[str, Any]:
@@ -548,6 +553,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     total = time.perf_counter() - t0
     rows, summary = score(raw)
     print_table(rows, summary, total)
+    _reported.print_table(rows, summary["reported"])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")

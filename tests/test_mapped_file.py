@@ -140,8 +140,10 @@ def run_split(fn: Callable[[int], tuple[float, float, float]], keys: list[str] =
             tl.append(s, float(s), [row[k] for k in keys])
         summary = tl.end_epoch()
         assert summary is not None
-        out.append(analyzer.check(summary, CheckContext(census="never",
-                                                        limits={"host.rss": 64.0 * 2**30})))
+        # the data file a real run would have mapped (smaps lists it): scripted here
+        out.append(analyzer.check(summary, CheckContext(
+            census="never", limits={"host.rss": 64.0 * 2**30},
+            mapped_files=lambda: [("/data/train.bin", 4.0 * 2**30)])))
     return out
 
 
@@ -174,6 +176,27 @@ def test_anonymous_leak_beside_a_mapped_file_is_still_a_leak() -> None:
 def test_shared_memory_leak_beside_a_mapped_file_is_still_a_leak() -> None:
     per_epoch = run_split(lambda s: (500 * MIB, 100 * MIB + s * 100_000, s * 60_000.0))
     assert ("leak", "host.rss_shmem") in found(per_epoch)
+
+
+def test_library_pages_are_not_a_mapped_dataset() -> None:
+    """File-backed growth with no data file mapped (the code pages of libraries faulted in by
+    the first steps and checks): RSS is judged as one, never called a mapped file."""
+    rng = np.random.default_rng(1)
+    tl, analyzer = Timeline(KEYS), Analyzer(AnalyzerConfig())
+    kinds = set()
+    for e in range(4):
+        for i in range(200):
+            s = e * 200 + i
+            row = {"host.rss_anon": 500 * MIB + rng.normal(0, 0.3 * MIB),
+                   "host.rss_file": 100 * MIB + s * 100_000, "host.rss_shmem": 0.0}
+            row["host.rss"] = sum(row.values())
+            tl.append(s, float(s), [row[k] for k in KEYS])
+        summary = tl.end_epoch()
+        assert summary is not None
+        kinds |= {f.kind for f in analyzer.check(summary, CheckContext(
+            census="never", limits={"host.rss": 64.0 * 2**30},
+            mapped_files=lambda: [("/usr/share/locale/C.utf8/LC_CTYPE", 128 * 1024.0)]))}
+    assert "mapped_file" not in kinds
 
 
 def test_mostly_anonymous_growth_is_judged_as_rss_as_before() -> None:

@@ -9,7 +9,7 @@ verdicts are functions of epoch summaries plus this value.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from memwatch.analysis.shapes import ShapeConfig
@@ -89,6 +89,7 @@ class CheckContext:
         trace: this check's allocation-site diff (``MemWatch(tracemalloc=...)``), or None.
         tracing: tracemalloc runs now (the census then counts no object types: the
             allocation sites replace them).
+        mapped_files: where a ``mapped_file`` verdict reads which data files are mapped.
         collected: a ``gc.collect()`` ran a moment ago for this check (the census skips its
             own).
     """
@@ -106,6 +107,9 @@ class CheckContext:
     trace: Any = None
     tracing: bool = False
     collected: bool = False
+    #: The data files mapped now, most resident first (path, bytes); None: read ``smaps``
+    #: when a mapped-file verdict needs them (tests script them here).
+    mapped_files: Callable[[], list[tuple[str, float]]] | None = None
 
     def __post_init__(self) -> None:
         if self.census not in CENSUS_MODES:
