@@ -32,6 +32,14 @@ MiB = 1 << 20
 ALL = [scenarios.load(n).SCENARIO for n in scenarios.NAMES]
 LEAKS = [s for s in ALL if s.is_leak]
 CONTROLS = [s for s in ALL if not s.is_leak]
+#: The raw-series sanity run covers issue 3's corpus; the reproductions of reported bugs, their
+#: twins and the synthetic Python leaks (issue 16) had theirs when written (measured figures in
+#: benchmarks/scenarios/REPORTED.md) and run here under the analyzer only, which keeps this
+#: module's two corpus runs within about a minute of what they were.
+SANITY = [s for s in ALL if not s.name.startswith(("rep_", "fix_", "syn_"))]
+SANITY_LEAKS = [s for s in SANITY if s.is_leak]
+SANITY_CONTROLS = [s for s in SANITY if not s.is_leak]
+REPORTED_NON_LEAKS = [s for s in ALL if s.reported and not s.is_leak]
 #: The metric whose raw series each kind of scenario is checked on.
 SANITY_KEY = {"host": "host.rss", "workers": "workers.uss", "device": "device.allocated"}
 #: How much a control may still move between the ends of its last two epochs (its last quarter).
@@ -62,7 +70,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 @pytest.fixture(scope="module")
 def corpus() -> dict[str, dict[str, Any]]:
     """Raw series of the whole corpus (quick sizes) watched without the analyzer, by name."""
-    return bench.run_corpus(quick=True, jobs=2, analyze=False)  # type: ignore[no-any-return]
+    return bench.run_corpus(  # type: ignore[no-any-return]
+        [s.name for s in SANITY], quick=True, jobs=2, analyze=False)
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +189,7 @@ def test_corpus_declares_enough_patterns() -> None:
 def test_every_scenario_runs(corpus: dict[str, dict[str, Any]]) -> None:
     failed = {n: r["error"][-400:] for n, r in corpus.items() if "error" in r}
     assert not failed
-    assert set(corpus) == set(scenarios.NAMES)
+    assert set(corpus) == {s.name for s in SANITY}
     for name, raw in corpus.items():
         assert raw["disabled"] == {}, f"{name}: memwatch disabled {raw['disabled']}"
         assert len(raw["epoch_meta"]) == raw["epochs"]
@@ -194,7 +203,7 @@ def test_every_scenario_runs_under_the_analyzer(rows: dict[str, dict[str, Any]])
     assert not problems
 
 
-@pytest.mark.parametrize("sc", LEAKS, ids=lambda s: s.name)
+@pytest.mark.parametrize("sc", SANITY_LEAKS, ids=lambda s: s.name)
 def test_planted_leak_shows_in_raw_series(corpus: dict[str, dict[str, Any]],
                                           sc: scenarios.Scenario) -> None:
     """Floors of later epochs sit above the leak's first epoch by about the planted amount.
@@ -226,7 +235,7 @@ def test_planted_leak_shows_in_raw_series(corpus: dict[str, dict[str, Any]],
         assert floors[e] >= floors[e - 1], f"{key} floor of epoch {e} went down: {floors}"
 
 
-@pytest.mark.parametrize("sc", CONTROLS, ids=lambda s: s.name)
+@pytest.mark.parametrize("sc", SANITY_CONTROLS, ids=lambda s: s.name)
 def test_control_stops_growing(corpus: dict[str, dict[str, Any]],
                                sc: scenarios.Scenario) -> None:
     """The level at the end of the run equals the level at the end of the epoch before."""
@@ -311,3 +320,35 @@ def test_forecast_error_within_25pct(rows: dict[str, dict[str, Any]],
     fc = r["memwatch"]["forecast"]
     assert fc.get("error") is not None, f"no forecast: {fc}"
     assert fc["error"] <= 0.25, f"forecast {fc}"
+
+
+# --------------------------------------------------------------------------- issue 16 targets
+_ACCUMULATION_MISS = pytest.mark.xfail(strict=True, reason=(
+    "Lightning 15514's step outputs are 64 KiB tensors: glibc keeps the freed chunks, RSS "
+    "never drops at the epoch end, so the shape is not accumulation (the essential part, no "
+    "leak verdict, is test_no_leak_verdict_on_control's)"))
+
+
+@pytest.mark.parametrize("sc", [pytest.param(s, marks=_ACCUMULATION_MISS)
+                                if s.expected_kind == "accumulation" else s
+                                for s in REPORTED_NON_LEAKS], ids=lambda s: s.name)
+def test_reported_non_leak_said_for_what_it_is(rows: dict[str, dict[str, Any]],
+                                               sc: scenarios.Scenario) -> None:
+    """A non-leak by its thread's resolution gets the finding of that kind (mapped file pages,
+    copy-on-write, accumulation), and no leak verdict."""
+    r = rows[sc.name]
+    assert "error" not in r, r.get("error")
+    assert r["reported_score"]["kind"], (
+        f"expected {sc.expected_kind}; said {r['reported_score'].get('said')}")
+
+
+@pytest.mark.parametrize("sc", [s for s in LEAKS if s.reported], ids=lambda s: s.name)
+def test_reported_leak_of_the_right_kind(rows: dict[str, dict[str, Any]],
+                                         sc: scenarios.Scenario) -> None:
+    """A reported leak is found with its holder and, for workers that multiply, as a growing
+    worker count (not per-worker growth)."""
+    r = rows[sc.name]
+    assert "error" not in r, r.get("error")
+    s = r["reported_score"]
+    assert s["found"] and s["holder"] and s["kind"], (s, r["memwatch"].get("culprits"),
+                                                      r["kinds_seen"])
