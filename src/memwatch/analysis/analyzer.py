@@ -20,7 +20,7 @@ import gc
 import logging
 
 from memwatch.analysis import census as census_mod
-from memwatch.analysis import fragmentation, leak, near_oom, workers
+from memwatch.analysis import fragmentation, leak, near_oom, outside, workers
 from memwatch.analysis.attribution import CensusRecord
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
 from memwatch.analysis.shapes import EpochStats, epoch_stats, last_value
@@ -33,7 +33,8 @@ log = logging.getLogger("memwatch")
 LEAK_METRICS = ("device.allocated", "host.rss", "workers.uss")
 # The leak metrics, plus the ones their verdicts and forecasts lean on.
 _JUDGED = ("device.allocated", "device.reserved", "device.peak", "host.rss", "workers.uss",
-           "workers.rss", "workers.count", "host.rss_anon", "host.rss_file", "host.rss_shmem")
+           "workers.rss", "workers.count", "host.rss_anon", "host.rss_file", "host.rss_shmem",
+           "device.outside_allocator")
 
 
 class Analyzer:
@@ -123,6 +124,10 @@ class Analyzer:
             else:
                 findings.extend(leak.judge(metric, summary, judged, pair, ctx, cfg, self._once))
         findings.extend(fragmentation.judge(summary, judged, ctx, cfg))
+        if outside.METRIC in judged:
+            out_f = outside.judge(judged, ctx, cfg)
+            if out_f is not None:
+                findings.extend(self._once(outside.METRIC, "leak", out_f))
         findings.extend(near_oom.judge(summary, ctx, cfg))
         return findings
 

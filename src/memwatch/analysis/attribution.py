@@ -18,8 +18,8 @@ import time
 from typing import Any
 
 from memwatch.analysis import census as census_mod
+from memwatch.analysis import device_sites, weigh
 from memwatch.analysis import holders as holders_mod
-from memwatch.analysis import weigh
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
 from memwatch.analysis.shapes import EpochStats
 
@@ -67,6 +67,7 @@ class Attribution:
     chosen: Any = None  # the candidate named (group or container)
     containers: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     graph_nodes: int = 0
+    alloc_sites: list[Any] = dataclasses.field(default_factory=list)  # device_sites.AllocSite
     holder: holders_mod.Holder | None = None
     graph_bytes: int = 0
     effective_bytes: float = 0.0
@@ -102,6 +103,8 @@ class Attribution:
             v = getattr(self, name)
             if v is not None:
                 ev[name] = v
+        if self.alloc_sites:
+            ev["alloc_sites"] = [a.to_dict() for a in self.alloc_sites]
         h = self.holder
         if h is not None:
             ev["holder"] = h.path
@@ -191,6 +194,8 @@ def attribute(metric: str, cur: EpochStats, pair: tuple[CensusRecord, CensusReco
         out.effective_bytes = out.chosen.bytes
         if out.group is not None:
             out.graph_bytes = out.group.graph_bytes_delta
+    if not host and out.group is not None and ctx.device_snapshot is not None:
+        out.alloc_sites = alloc_sites_of(out.group, ctx)
     out.attribution_ms = round((time.perf_counter() - t0) * 1000.0, 1)
     # Host growth that no live tensor or Python object explains: the allocator kept it. The
     # growth is the judged one (floors, over the stretch between the censuses): two point reads
@@ -221,6 +226,25 @@ def attribute(metric: str, cur: EpochStats, pair: tuple[CensusRecord, CensusReco
                 explained < cfg.retention_explained * rss_growth:
             out.retention = True
     return out
+
+
+def alloc_sites_of(g: census_mod.GroupGrowth, ctx: CheckContext) -> list[Any]:
+    """Where the group's new device tensors were allocated (the allocator's recorded history)."""
+    ids = (g.new_ids or g.group.ids)[:256]
+    objs = weigh.objects_for(set(ids))
+    try:
+        addrs = {int(t.data_ptr()) for t in objs.values() if hasattr(t, "data_ptr")}
+    except Exception:  # noqa: BLE001 - an exotic tensor: no addresses, no join
+        addrs = set()
+    finally:
+        objs.clear()
+    if not addrs or ctx.device_snapshot is None:
+        return []
+    try:
+        snap = ctx.device_snapshot()
+    except Exception:  # noqa: BLE001 - the snapshot is evidence; never fail a check over it
+        return []
+    return device_sites.join(snap, addrs)
 
 
 @dataclasses.dataclass

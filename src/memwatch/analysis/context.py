@@ -110,6 +110,9 @@ class CheckContext:
     #: The data files mapped now, most resident first (path, bytes); None: read ``smaps``
     #: when a mapped-file verdict needs them (tests script them here).
     mapped_files: Callable[[], list[tuple[str, float]]] | None = None
+    #: The device allocator's snapshot, when its history is recorded (``record_history=True``):
+    #: a device leak's tensors are joined to where they were allocated. None: not recorded.
+    device_snapshot: Callable[[], Any] | None = None
 
     def __post_init__(self) -> None:
         if self.census not in CENSUS_MODES:

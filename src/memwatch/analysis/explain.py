@@ -155,6 +155,11 @@ def _culprit(metric: str, a: Attribution) -> tuple[str | None, list[str], str]:
             "If these come from evaluation, run it under `torch.no_grad()` or "
             "`torch.inference_mode()`, and `.detach().cpu()` anything you keep."
         )
+    if a.alloc_sites:  # who holds them, and where they were allocated
+        site = a.alloc_sites[0]
+        what += f", allocated at {site.where}"
+        detail += (f" The allocator's recorded history puts {site.tensors} of them at "
+                   f"{site.where} ({' ← '.join(site.frames[:3])}).")
     culprit = what
     if h is not None:
         culprit = f"{h.describe(g.count_delta if h.container else None)} — {what}"

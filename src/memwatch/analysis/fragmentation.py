@@ -28,6 +28,11 @@ def judge(summary: EpochSummary, history: dict[str, list[EpochStats]], ctx: Chec
         return []
     t = summary.bucket_step[ok].astype(np.float64)
     gap = (r - a)[ok]
+    if "device.private_pools" in keys:
+        # Private pools (CUDA graphs, torch.compile "reduce-overhead") reserve memory for the
+        # graphs' own use: reserved but not allocated, and not fragments.
+        pp = summary.bucket_last[:, keys.index("device.private_pools")][ok]
+        gap = gap - np.nan_to_num(pp)
     alloc_hist = history.get("device.allocated", [])
     alloc = alloc_hist[-1] if alloc_hist and alloc_hist[-1].unit == unit_of(summary) else None
     if alloc is not None and alloc.shape == "growing":

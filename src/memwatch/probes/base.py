@@ -90,7 +90,38 @@ DEVICE_SLOW_KEYS: tuple[str, ...] = (
     "device.total",
     "device.used",
     "device.process_used",
+    "device.outside_allocator",
+    "device.private_pools",
 )
+
+
+def outside_allocator(reserved: float, process_used: float | None, free: float | None,
+                      total: float | None) -> tuple[float | None, str]:
+    """Device memory of this process that the caching allocator does not hold: the CUDA
+    context, cuBLAS/cuDNN workspaces, NCCL buffers, other libraries' ``cudaMalloc``. From the
+    driver's per-process figure (NVML) when there is one, else from the device-wide use
+    (``total - free``: exact when this process is the device's only user). (bytes, source)."""
+    if process_used is not None:
+        return max(process_used - reserved, 0.0), "nvml_process"
+    if free is not None and total is not None:
+        return max(total - free - reserved, 0.0), "device_wide"
+    return None, "none"
+
+
+def private_pools(stats: Any) -> float:
+    """Bytes reserved by the allocator's private pools (CUDA graphs, ``torch.compile(mode=
+    "reduce-overhead")``, ``MemPool``): ``reserved_bytes_by_private_pools`` of the nested
+    ``memory_stats``, summed over pools (0 where the torch build has no such key)."""
+    pools = stats.get("reserved_bytes_by_private_pools") if isinstance(stats, dict) else None
+    if not isinstance(pools, dict):
+        return 0.0
+    total = 0.0
+    for v in pools.values():
+        try:
+            total += float(v["all"]["current"])
+        except (KeyError, TypeError, ValueError):
+            continue
+    return total
 
 
 class WindowPeak:

@@ -16,7 +16,14 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from memwatch.probes.base import DEVICE_FAST_KEYS, DEVICE_SLOW_KEYS, OOMObserver, WindowPeak
+from memwatch.probes.base import (
+    DEVICE_FAST_KEYS,
+    DEVICE_SLOW_KEYS,
+    OOMObserver,
+    WindowPeak,
+    outside_allocator,
+    private_pools,
+)
 
 log = logging.getLogger("memwatch")
 
@@ -68,6 +75,7 @@ class CudaProbe:
             self._stats = lambda: torch.cuda.memory_stats_as_nested_dict(self.index)
         self._total: int | None = None
         self._nvml: Any = None
+        self.outside_source = "none"  # how device.outside_allocator is measured
         self._nvml_handle: Any = None
         if use_nvml and self.kind == "cuda":
             self._init_nvml()
@@ -102,6 +110,9 @@ class CudaProbe:
         free, total = self._torch.cuda.mem_get_info(self.index)
         self._total = int(total)
         out = {"device.free": float(free), "device.total": float(total)}
+        stats = self._stats()
+        out["device.private_pools"] = private_pools(stats)
+        reserved = _nested_get(stats, "reserved_bytes", "all", "current")
         if self._nvml is not None:
             try:
                 info = self._nvml.nvmlDeviceGetMemoryInfo(self._nvml_handle)
@@ -115,6 +126,10 @@ class CudaProbe:
             except Exception:  # noqa: BLE001
                 log.warning("memwatch: NVML read failed; NVML metrics disabled", exc_info=True)
                 self._nvml = None
+        outside, self.outside_source = outside_allocator(
+            reserved, out.get("device.process_used"), float(free), float(total))
+        if outside is not None:
+            out["device.outside_allocator"] = outside
         return out
 
     def total_bytes(self) -> int | None:
@@ -177,6 +192,7 @@ class CudaProbe:
             "total_bytes": int(props.total_memory),
             "torch_cuda": getattr(self._torch.version, "cuda", None),
             "torch_hip": getattr(self._torch.version, "hip", None),
+            "outside_allocator_source": self.outside_source,
         }
 
     def close(self) -> None:

@@ -38,6 +38,7 @@ class Checks:
     view: SessionView
     analyzer: Any
     watchdog: Any
+    recorder: Any
     device: Any
     findings: list[Finding]
     disabled: dict[str, str]
@@ -186,7 +187,15 @@ class Checks:
             census=census or self.config.census, trace=trace,
             tracing=tracer is not None and tracer.active,
             collected=tracer is not None and tracer.active
-            and tracer.collected_epoch == origin.check)
+            and tracer.collected_epoch == origin.check,
+            device_snapshot=self._device_snapshot())
+
+    def _device_snapshot(self) -> Any:
+        """The device's allocator snapshot reader, when its history is being recorded."""
+        rec, dev = self.recorder, self.device
+        if rec is None or dev is None or not getattr(rec, "history_recording", False):
+            return None
+        return getattr(dev, "snapshot", None)
 
     def _check(self, summary: EpochSummary | None, at: str, partial: EpochSummary | None = None,
                exchange: bool = True) -> list[Finding]:

@@ -14,7 +14,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from memwatch.core.errors import FakeOutOfMemoryError
-from memwatch.probes.base import DEVICE_FAST_KEYS, OOMObserver, WindowPeak
+from memwatch.probes.base import (
+    DEVICE_FAST_KEYS,
+    OOMObserver,
+    WindowPeak,
+    outside_allocator,
+    private_pools,
+)
 
 __all__ = ["FakeDevice", "format_size", "malloc_trim"]
 
@@ -41,6 +47,7 @@ class _Block:
     size: int
     allocated: bool = False
     requested: int = 0
+    frames: list[dict[str, Any]] | None = None  # with record_history: where it was allocated
 
 
 @dataclasses.dataclass
@@ -87,7 +94,8 @@ class FakeDevice:
     name = "device"
     kind = "fake"
     fast_keys: tuple[str, ...] = DEVICE_FAST_KEYS
-    slow_keys: tuple[str, ...] = ("device.free", "device.total")
+    slow_keys: tuple[str, ...] = ("device.free", "device.total", "device.outside_allocator",
+                                  "device.private_pools")
 
     def __init__(self, total_bytes: int = 16 << 30, index: int = 0, name: str = "FakeGPU") -> None:
         if total_bytes <= 0:
@@ -110,6 +118,12 @@ class FakeDevice:
         self.ooms = 0
         self._observers: list[OOMObserver] = []
         self.closed = False
+        #: scripted: device memory of this process outside the caching allocator (a CUDA
+        #: context, cuBLAS workspaces, NCCL buffers), as NVML would report it less reserved
+        self.outside_bytes = 0
+        #: scripted: bytes the allocator reserves in private pools (CUDA graphs), keyed by pool
+        self.private_pool_bytes: dict[str, int] = {}
+        self.recording = False  # record_history(True) was called: blocks keep their frames
 
     # ----------------------------------------------------------------- scripted counters
     def set(self, allocated: int, reserved: int | None = None, active: int | None = None) -> None:
@@ -152,8 +166,10 @@ class FakeDevice:
                 total += sum(b.size for b in seg.blocks if not b.allocated)
         return total
 
-    def malloc(self, nbytes: int) -> int:
-        """Allocate ``nbytes``; returns a handle for :meth:`free`."""
+    def malloc(self, nbytes: int, frames: list[dict[str, Any]] | None = None) -> int:
+        """Allocate ``nbytes``; returns a handle for :meth:`free`. While :meth:`record_history`
+        is on, the block keeps ``frames`` (``{"filename", "line", "name"}``, innermost first,
+        as the real snapshot's) or, by default, the caller's Python stack."""
         if nbytes <= 0:
             raise ValueError("FakeDevice.malloc(nbytes) needs nbytes > 0")
         size = -(-int(nbytes) // _MIN_BLOCK) * _MIN_BLOCK
@@ -180,11 +196,17 @@ class FakeDevice:
             seg.blocks.insert(seg.blocks.index(block) + 1, rest)
         block.allocated = True
         block.requested = int(nbytes)
+        block.frames = (frames if frames is not None else _stack()) if self.recording else None
         self._sim_allocated += block.size
         self._high_water = max(self._high_water, self.allocated)
         handle = next(self._ids)
         self._handles[handle] = (seg, block)
         return handle
+
+    def address_of(self, handle: int) -> int:
+        """The device address of a live allocation (a tensor's ``data_ptr()``)."""
+        seg, block = self._handles[handle]
+        return seg.address + block.offset
 
     def free(self, handle: int) -> None:
         """Return a block to the cache (reserved does not shrink; see :meth:`empty_cache`)."""
@@ -262,7 +284,21 @@ class FakeDevice:
         )
 
     def read_slow(self) -> dict[str, float]:
-        return {"device.free": float(self.total - self.reserved), "device.total": float(self.total)}
+        free = float(self.total - self.reserved - self.outside_bytes)
+        outside, _ = outside_allocator(float(self.reserved), None, free, float(self.total))
+        return {"device.free": free, "device.total": float(self.total),
+                "device.outside_allocator": float(outside or 0.0),
+                "device.private_pools": private_pools(self.nested_stats())}
+
+    def nested_stats(self) -> dict[str, Any]:
+        """The parts of ``memory_stats_as_nested_dict()`` memwatch reads in the background."""
+        return {"reserved_bytes": {"all": {"current": self.reserved}},
+                "reserved_bytes_by_private_pools": {
+                    k: {"all": {"current": v}} for k, v in self.private_pool_bytes.items()}}
+
+    def record_history(self, enabled: bool, max_entries: int = 100_000) -> bool:
+        self.recording = bool(enabled)
+        return True
 
     def total_bytes(self) -> int | None:
         return self.total
@@ -294,6 +330,7 @@ class FakeDevice:
                     "size": b.size,
                     "requested_size": b.requested if b.allocated else 0,
                     "state": "active_allocated" if b.allocated else "inactive",
+                    **({"frames": b.frames} if b.frames is not None else {}),
                 }
                 for b in seg.blocks
             ]
@@ -324,6 +361,17 @@ class FakeDevice:
 
     def close(self) -> None:
         self.closed = True
+
+
+def _stack(limit: int = 8) -> list[dict[str, Any]]:
+    """The caller's frames outside this module, innermost first, in the snapshot's shape."""
+    out: list[dict[str, Any]] = []
+    f = sys._getframe(2)
+    while f is not None and len(out) < limit:
+        out.append({"filename": f.f_code.co_filename, "line": f.f_lineno,
+                    "name": f.f_code.co_name})
+        f = f.f_back  # type: ignore[assignment]
+    return out
 
 
 def _oom_error(msg: str) -> BaseException:

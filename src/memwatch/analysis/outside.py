@@ -1,0 +1,62 @@
+"""Device memory outside the caching allocator: what the driver says this process uses on the
+device less what PyTorch's allocator has reserved (``device.outside_allocator``). The CUDA
+context, cuBLAS/cuDNN workspaces (one per stream and handle), NCCL's communication buffers and
+libraries that call ``cudaMalloc`` themselves (cupy, TensorRT, some custom kernels) live there;
+``torch.cuda.memory_allocated()`` and the allocator snapshot never see it. Growth there that is
+held across checks is its own verdict, with advice about those owners, not about tensors.
+"""
+
+from __future__ import annotations
+
+from memwatch.analysis.context import AnalyzerConfig, CheckContext
+from memwatch.analysis.forecast import consequence, remaining_steps
+from memwatch.analysis.leak import verdict
+from memwatch.analysis.shapes import EpochStats
+from memwatch.core.findings import Finding
+from memwatch.core.units import fmt_bytes
+
+__all__ = ["METRIC", "judge"]
+
+METRIC = "device.outside_allocator"
+
+
+def judge(history: dict[str, list[EpochStats]], ctx: CheckContext,
+          cfg: AnalyzerConfig) -> Finding | None:
+    hist = history.get(METRIC, [])
+    if len(hist) < 3 or verdict(hist, cfg) != "leak":
+        return None  # three units: the context and workspaces come up during the first two
+    cur = hist[-1]
+    steps = sum(h.n_steps for h in hist[-3:-1]) or cur.n_steps
+    grew = cur.floor - hist[-3].floor
+    slope = grew / max(steps, 1)
+    limit = ctx.limit("device.reserved")
+    steps_to_oom = (limit - cur.peak) / slope if limit and slope > 0 and limit > cur.peak \
+        else None
+    severity = consequence(steps_to_oom, cur, ctx, cfg)
+    msg = (
+        f"Device memory outside PyTorch's caching allocator grows: {fmt_bytes(hist[-3].floor)} → "
+        f"{fmt_bytes(cur.floor)} over the last {len(hist[-3:])} checks ({fmt_bytes(slope)} per "
+        "step). This is memory the driver counts for this process but `torch.cuda."
+        "memory_reserved()` does not: the CUDA context, cuBLAS/cuDNN workspaces (one per stream "
+        "and handle), NCCL buffers, or a library calling cudaMalloc itself. No tensor holds it, "
+        "so the census and the allocator snapshot cannot name it."
+    )
+    if steps_to_oom is not None:
+        msg += f" At this rate the device's {fmt_bytes(limit)} are reached in about " \
+               f"{steps_to_oom:,.0f} steps."
+    return ctx.origin.finding(
+        kind="leak", metric=METRIC, severity=severity, message=msg, bytes_per_step=slope,
+        steps_to_oom=steps_to_oom,
+        seconds_to_oom=None if steps_to_oom is None else steps_to_oom * cur.seconds_per_step,
+        culprit="device memory outside the caching allocator (driver, libraries)",
+        suggestions=[
+            "New CUDA streams or cuBLAS handles each get a workspace: reuse streams instead of "
+            "creating them per step; `CUBLAS_WORKSPACE_CONFIG=:4096:8` bounds cuBLAS's.",
+            "NCCL: new process groups or communicators per step each allocate buffers; create "
+            "them once (`NCCL_BUFFSIZE` sizes them).",
+            "Other libraries (cupy, TensorRT, custom extensions) allocating with cudaMalloc: "
+            "route them through PyTorch's allocator or free what they allocate.",
+        ],
+        evidence={"pattern": "outside_allocator", "floors": [h.floor for h in hist[-6:]],
+                  "remaining_steps": remaining_steps(cur, ctx)},
+    )
