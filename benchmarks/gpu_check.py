@@ -16,9 +16,14 @@ Parts (issue 18's list; the ones marked "not built" are reported as not run):
   ``torch.cuda.memory_allocated()`` alone and beside the CPU-only session;
 * ``no_sync`` (2b): a training loop under ``torch.cuda.set_sync_debug_mode("error")`` with
   memwatch on: any synchronisation memwatch adds raises;
-* 2c-2i (step-time ratios per adapter in bf16, real OOMs in each adapter, device leak joined to
-  allocation sites, real fragmentation, memory outside the caching allocator, private pools,
-  report/inspect of a GPU bundle): not built yet.
+* ``fake_device_paths``: ``pytest tests/test_gpu_paths.py`` (device memory outside the
+  allocator, private pools, the allocation-site join, on FakeDevice: runs with or without CUDA);
+* 2c-2i, each in a child process of its own (``benchmarks/gpu_parts.py``): the bf16 step-time
+  ratio of a plain loop, a real OOM inside ``watch()`` with and without expandable segments, a
+  device leak joined to its allocation site, real fragmentation (and quiet with expandable
+  segments), ``device.outside_allocator``, ``device.private_pools`` under a CUDA graph, and
+  ``memwatch report`` / ``inspect`` of the OOM bundle. Not measured yet: the adapters' step-time
+  ratios and real OOMs inside Lightning, the HF Trainer and Accelerate on a GPU.
 """
 
 from __future__ import annotations
@@ -45,16 +50,8 @@ if str(REPO / "src") not in sys.path:
 
 import memwatch  # noqa: E402
 
-NOT_BUILT = {
-    "2c_step_time_ratio": "bf16 step-time ratio per adapter",
-    "2d_real_oom_per_adapter": "a real CUDA OOM in watch(), Lightning, Trainer, Accelerate "
-                               "(and with expandable_segments)",
-    "2e_leak_with_allocation_site": "a device leak named and joined to its allocation site",
-    "2f_real_fragmentation": "real fragmentation finding, quiet with expandable_segments",
-    "2g_outside_allocator": "memory the caching allocator does not see (NVML - reserved)",
-    "2h_private_pools": "reserved_bytes_by_private_pools; CUDA graphs without a false leak",
-    "2i_report_of_gpu_bundle": "memwatch report/inspect of a real GPU bundle",
-}
+sys.path.insert(0, str(REPO / "benchmarks"))
+import gpu_parts  # noqa: E402
 
 
 def _cuda() -> Any:
@@ -170,6 +167,16 @@ def no_sync(steps: int) -> dict[str, Any]:
     return {"status": "passed", "steps": steps}
 
 
+def fake_device_paths() -> dict[str, Any]:
+    if importlib.util.find_spec("pytest") is None:
+        return {"status": "not run", "reason": "pytest is not installed here"}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "tests/test_gpu_paths.py"], cwd=REPO, capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    return {"status": "passed" if r.returncode == 0 else "failed", "exit": r.returncode,
+            "note": "on FakeDevice", "output_tail": (r.stdout + r.stderr)[-1500:]}
+
+
 def _guard(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     try:
         return fn()
@@ -211,8 +218,12 @@ def main(argv: list[str] | None = None) -> int:
         "step_cost": _guard(lambda: step_cost(n)),
         "no_sync": _guard(lambda: no_sync(50 if args.quick else 500)),
     }
-    for key, what in NOT_BUILT.items():
-        parts[key] = {"status": "not run", "reason": f"not built yet (issue 18): {what}"}
+    parts["fake_device_paths"] = _guard(fake_device_paths)
+    for key, (what, _timeout) in gpu_parts.PARTS.items():
+        if _cuda() is None:
+            parts[key] = {"status": "not run", "reason": f"no CUDA device: {what}"}
+        else:
+            parts[key] = _guard(lambda key=key: gpu_parts.run_part(key, out))
     doc = {"environment": environment(), "parts": parts}
     (out / "report.json").write_text(json.dumps(doc, indent=1, default=str))
     (out / "report.md").write_text(render(doc))

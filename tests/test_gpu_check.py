@@ -37,7 +37,11 @@ def test_without_cuda_reports_every_part_and_exits_0(tmp_path: Path,
     assert set(sc["rows"]) == {"mw.step(), FakeDevice probe", "mw.step(), CPU only"}
     assert all(r["median_us"] > 0 for r in sc["rows"].values())
     # Every check of the list appears, each with a status and, when not run, a reason.
-    assert {k for k in parts if k.startswith("2")} == set(gc.NOT_BUILT)
+    assert {k for k in parts if k.startswith("2")} == set(gc.gpu_parts.PARTS)
+    assert {k[:2] for k in parts if k.startswith("2")} == {"2c", "2d", "2e", "2f", "2g", "2h",
+                                                          "2i"}
+    # what FakeDevice can run, ran: the outside-allocator, private-pool and allocation-site code
+    assert parts["fake_device_paths"]["status"] == "passed", parts["fake_device_paths"]
     assert all(p["status"] in ("passed", "failed", "not run") for p in parts.values())
     assert all(p.get("reason") for p in parts.values() if p["status"] == "not run")
     md = (tmp_path / "report.md").read_text()
