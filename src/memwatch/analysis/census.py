@@ -28,6 +28,10 @@ GroupKey = tuple[str, str, tuple[int, ...], bool, str]
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 _MAX_IDS_PER_GROUP = 4096
+#: Instances of user classes whose attributes are looked at for untracked dicts: the holders
+#: of a run (trainer, metrics, model wrappers) are few; a Dataset of a million records of a
+#: user class would make every census walk each record's attributes.
+_MAX_USER_INSTANCES = 20_000
 
 
 @dataclasses.dataclass
@@ -167,7 +171,7 @@ def take_census(collect: bool = False, count_types: bool = True) -> Census:
             own.append(o)
         elif count_types:
             type_counts[name] += 1
-        if is_user:
+        if is_user and len(user) < _MAX_USER_INSTANCES:
             user.append(o)
         if not is_tensor:
             continue
