@@ -21,8 +21,12 @@ census.json         optional   largest live tensors and their holders
 allocator.json      optional   allocator statistics and a segment summary (device runs)
 ranks.json          optional   rank 0 of a distributed run: every rank's last epoch-end summary
 snapshot.pickle     optional   allocator snapshot (plain containers; read with safepickle)
-report.html         optional   self-contained offline report
+report.html         optional   self-contained offline report (added after the commit)
 ==================  =========  ==============================================================
+
+``report.html`` is only a rendering of the other files, and rendering it takes memory and time a
+dying process may not have: it is added to the committed bundle by :func:`add_file` (the manifest
+rewritten atomically), so a kill while it renders leaves a complete bundle without it.
 
 Example::
 
@@ -61,12 +65,14 @@ __all__ = [
     "SCHEMA_VERSION",
     "TMP_PREFIX",
     "Bundle",
+    "add_file",
     "BundleWriter",
     "clean_stale",
     "dir_size",
     "enforce_retention",
     "find_bundles",
     "host_name",
+    "note_error",
     "open_bundle",
 ]
 
@@ -256,6 +262,59 @@ class BundleWriter:
 
     def abort(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def add_file(path: str | os.PathLike[str], fname: str, text: str,
+             max_bytes: int | None = None) -> bool:
+    """Add ``fname`` to a committed bundle and list it in its manifest; True when added.
+
+    For what is only a rendering of the evidence (``report.html``): the bundle is committed first,
+    so a process killed while rendering (the kernel's OOM killer, seconds after a watchdog bundle)
+    still leaves a complete bundle, and ``memwatch report BUNDLE`` draws the rendering later. The
+    file is written under a ``.part`` name and renamed; the manifest is rewritten the same way, so
+    a kill at any point leaves a bundle that validates. Over ``max_bytes`` in all, the file is
+    dropped and the manifest's ``trimmed`` says so.
+    """
+    p = Path(path)
+    mpath = p / "manifest.json"
+    with open(mpath, encoding="utf-8") as f:
+        doc = json.load(f)
+    part = p / (fname + ".part")
+    with open(part, "w", encoding="utf-8") as f:
+        f.write(text)
+    size = part.stat().st_size
+    files = dict(doc.get("files") or {})
+    if max_bytes is not None and sum(files.values()) + size > max_bytes:
+        part.unlink(missing_ok=True)
+        doc["trimmed"] = [*doc.get("trimmed", []), {"file": fname, "bytes": size}]
+        added = False
+    else:
+        os.replace(part, p / fname)
+        files[fname] = size
+        doc["files"] = dict(sorted(files.items()))
+        doc["bytes"] = sum(files.values())
+        added = True
+    _replace_json(mpath, doc)
+    return added
+
+
+def note_error(path: str | os.PathLike[str], fname: str, error: str) -> None:
+    """Record in a committed bundle's manifest that ``fname`` could not be added."""
+    mpath = Path(path) / "manifest.json"
+    with open(mpath, encoding="utf-8") as f:
+        doc = json.load(f)
+    doc["errors"] = {**doc.get("errors", {}), fname: error}
+    _replace_json(mpath, doc)
+
+
+def _replace_json(path: Path, doc: dict[str, Any]) -> None:
+    part = path.with_name(path.name + ".part")
+    with open(part, "w", encoding="utf-8") as f:
+        json.dump(_finite(doc), f, indent=1, default=_json_default, allow_nan=False)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(part, path)
 
 
 # --------------------------------------------------------------------------- reading

@@ -59,12 +59,14 @@ from memwatch.bundle.documents import (
     timeline_records,
 )
 from memwatch.bundle.format import (
-    SCHEMA_VERSION,
     Bundle,
     BundleWriter,
+    add_file,
     clean_stale,
     enforce_retention,
     host_name,
+    note_error,
+    open_bundle,
 )
 from memwatch.core.oom import Classification, classify
 from memwatch.core.protocols import SessionView
@@ -451,11 +453,12 @@ class FlightRecorder:
                 "step": v.step_count,
                 "epoch": v.epoch,
             }
-            self._write_report(w, manifest)
             w.trim(self.config.max_bundle_bytes)
             path = w.commit(manifest)
             w = None
             self.bundles.append(path)
+            # The evidence is on disk; the rendering comes after it (bundle.format.add_file).
+            self._write_report(path, manifest)
             try:
                 enforce_retention(self.oom_root, self.config.max_bundles,
                                   self.config.max_total_bytes, keep=path)
@@ -482,15 +485,16 @@ class FlightRecorder:
         world = self.view.rank.get("world_size", 1)
         return "tables" if trigger == "signal" and world > 1 else "full"
 
-    def _write_report(self, w: BundleWriter, manifest: Mapping[str, Any]) -> None:
+    def _write_report(self, path: Path, manifest: Mapping[str, Any]) -> None:
+        """Render report.html into the committed bundle at ``path`` (never raises)."""
         mode = self.report_mode(str(manifest.get("trigger")))
         if mode == "none" or self._render_report is None:
             return
-        files = w.sizes()
-        preview = {"schema_version": SCHEMA_VERSION, "name": w.name, **manifest, "files": files,
-                   "bytes": sum(files.values())}
         try:
-            w.write_text("report.html", self._render_report(Bundle(w.tmp, preview),
-                                                            str(w.root / w.name), mode == "full"))
+            html = self._render_report(open_bundle(path), str(path), mode == "full")
+            add_file(path, "report.html", html, self.config.max_bundle_bytes)
         except Exception as e:  # noqa: BLE001
-            w.errors["report.html"] = f"{type(e).__name__}: {e}"
+            try:
+                note_error(path, "report.html", f"{type(e).__name__}: {e}")
+            except Exception:  # noqa: BLE001
+                log.warning("memwatch: report.html not written (%s: %s)", type(e).__name__, e)
