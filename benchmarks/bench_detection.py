@@ -65,7 +65,7 @@ LEAK_KINDS = ("leak", "worker_growth")
 #: Series the naive rules run on (whichever the scenario's session watches).
 RULE_KEYS = ("host.rss", "host.uss", "workers.uss", "device.allocated", "device.reserved")
 #: Also kept for the sanity checks and for reading the results by eye.
-EXTRA_KEYS = ("device.peak", "workers.count")
+EXTRA_KEYS = ("workers.rss", "device.peak", "workers.count")
 RESULTS = REPO / "benchmarks" / "results" / "detection.json"
 LOAD_RESULTS = REPO / "benchmarks" / "results" / "detection_load.json"
 CHILD_TIMEOUT_S = 300
@@ -466,7 +466,8 @@ def print_table(rows: list[dict[str, Any]], summary: dict[str, Any], total_s: fl
     line(f"leaks found by deadline (of {n_leaks})",
          lambda d: f"{d['detected']} ({_pct(d['detection_rate'])})")
     line(f"  of which by start + 1 (of {n_leaks})",
-         lambda d: f"{d['detected_next_epoch']} ({_pct(d['detected_next_epoch'] / n_leaks)})")
+         lambda d: f"{d['detected_next_epoch']} "
+                   f"({_pct(d['detected_next_epoch'] / n_leaks if n_leaks else None)})")
     line(f"false leak verdicts (of {n_ctrl})", lambda d: str(d["false_alarms"]))
     line("mean epochs to first detection", lambda d: _num(d["mean_epochs_to_detect"]))
     m = summary["memwatch"]

@@ -103,6 +103,26 @@ def test_staircase_leak(tmp_path: Path) -> None:
     assert "leak" in kinds(res)[1]
 
 
+def _rise_then_stair(stair: float) -> Callable[[int, int, int], float]:
+    """Epoch 0 rises 100 kB a step; later epochs are flat, then jump by ``stair`` three
+    quarters of the way in (RSS of a leak while the allocator reuses memory it had)."""
+    def fn(e: int, i: int, s: int) -> float:
+        base = GIB + min(s, 300) * 100_000 + rng.normal(0, 2e5)
+        return base + sum(stair for k in range(1, e + 1) if s >= 300 * k + 225)
+    return fn
+
+
+def test_steady_rise_then_a_stair_of_the_same_size_is_a_leak(tmp_path: Path) -> None:
+    res = run(tmp_path, _rise_then_stair(30e6), epochs=2)
+    assert "leak" in kinds(res)[1], kinds(res)
+
+
+def test_steady_rise_then_a_small_one_time_buffer_is_not_a_leak(tmp_path: Path) -> None:
+    # Warm-up that rose, then a buffer a fifth of that size: memory did not keep coming.
+    res = run(tmp_path, _rise_then_stair(6e6), epochs=2)
+    assert "leak" not in kinds(res)[1], kinds(res)
+
+
 def test_leak_starting_in_a_later_epoch(tmp_path: Path) -> None:
     res = run(tmp_path, lambda e, i, s: GIB + max(0, s - 300) * 100_000 + rng.normal(0, 2e5))
     assert "leak" not in kinds(res)[0] + kinds(res)[1]

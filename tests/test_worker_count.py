@@ -4,6 +4,7 @@ Each loop runs in its own interpreter (tests/worker_loops.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -84,3 +85,33 @@ def _stats(floors: list[float]) -> list[EpochStats]:
 ])
 def test_count_rule(floors: list[float], rising: bool) -> None:
     assert worker_count.rising(_stats(floors)) is rising
+
+
+def _unit(i: int, metric: str, floor: float, end: float) -> EpochStats:
+    (st,) = _stats([floor])
+    return dataclasses.replace(st, epoch=i, metric=metric, lo_end=end, unit=f"e{i}")
+
+
+def test_units_before_every_worker_started_are_no_evidence() -> None:
+    from memwatch.analysis.workers import _steady
+
+    uss = [_unit(i, "workers.uss", 10.0 + i, 10.5 + i) for i in range(4)]
+    counts = [_unit(i, "workers.count", c, c) for i, c in enumerate([0, 2, 2, 2])]
+    assert [h.unit for h in _steady(uss, counts)] == ["e1", "e2", "e3"]
+    assert _steady(uss, counts[:3]) == uss  # (counts of another unit: all kept)
+
+
+@pytest.mark.parametrize(("uss_up", "rss_up", "private"), [
+    (10.0, 9.0, True),   # a cache in each worker: new pages, RSS rises as much as USS
+    (10.0, 1.0, False),  # copy-on-write: shared pages turned private, RSS flat
+    (10.0, 4.0, False),
+    (-1.0, 0.0, True),   # nothing rose: nothing to argue about
+])
+def test_private_growth_needs_rss_to_rise_with_uss(uss_up: float, rss_up: float,
+                                                   private: bool) -> None:
+    from memwatch.analysis.workers import _private_growth
+
+    uss = [_unit(0, "workers.uss", 100.0, 100.0), _unit(1, "workers.uss", 100.0, 100.0 + uss_up)]
+    rss = [_unit(0, "workers.rss", 500.0, 500.0), _unit(1, "workers.rss", 500.0, 500.0 + rss_up)]
+    assert _private_growth(uss, rss) is private
+    assert _private_growth(uss, []) is True  # RSS unknown: USS decides alone

@@ -52,10 +52,15 @@ class AnalyzerConfig:
     # is most of the growth and judging RSS as one says the same about it.
     mapped_file_share: float = 0.5
     info_min_rel: float = 0.01  # info findings (plateau, step) only above this share of level
+    # Copy-on-write in DataLoader workers is reported once the pages it made private are this
+    # share of the job's private memory (the main process's USS plus the workers'): a worker
+    # always copies a few pages (reference counts of the modules it runs), and what users need
+    # to hear about is copying that costs the job memory (pytorch#13246).
+    cow_min_share: float = 0.02
 
     def __post_init__(self) -> None:
         for name in ("carry_fraction", "near_oom_margin", "retention_explained",
-                     "mapped_file_share"):
+                     "mapped_file_share", "cow_min_share"):
             v = getattr(self, name)
             if not 0 <= v <= 1:
                 raise ValueError(f"AnalyzerConfig.{name}={v!r} must be between 0 and 1")

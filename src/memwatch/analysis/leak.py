@@ -59,6 +59,15 @@ def verdict(hist: list[EpochStats], cfg: AnalyzerConfig) -> str:
         if prev_gain > prev.threshold and held < 0.25 * prev_gain:
             return "accumulation"
         return "pending"
+    if cur.shape == "step" and prev is not None and prev.shape == "growing":
+        # A steady rise, held, then a stair of the same order: RSS of a leaking process often
+        # stalls while the allocator hands out memory it already had (freed by earlier code),
+        # then jumps when that runs out. Two units in a row added held memory of similar size.
+        prev_gain = max(prev.rise, prev.growth)
+        held = cur.floor - prev.floor
+        if prev_gain > prev.threshold and held >= cfg.carry_fraction * prev_gain and \
+                cur.rise > cur.threshold and cur.rise >= 0.4 * prev_gain:
+            return "leak"
     # Slow or stair-like leaks: RSS often rises in jumps (the C allocator fills its free pools
     # first, then grows the heap), so no single epoch shows a steady trend; the epoch floors
     # still climb, epoch after epoch, by similar amounts.

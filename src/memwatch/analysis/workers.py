@@ -12,7 +12,7 @@ import numpy as np
 from memwatch.analysis import explain, worker_count
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
 from memwatch.analysis.forecast import consequence, remaining_steps
-from memwatch.analysis.leak import Once, verdict, worth_reporting
+from memwatch.analysis.leak import Once, verdict
 from memwatch.analysis.shapes import EpochStats, last_value
 from memwatch.core.findings import Finding
 from memwatch.timeline import EpochSummary
@@ -36,26 +36,31 @@ def judge(metric: str, summary: EpochSummary, history: dict[str, list[EpochStats
         return [f] if f is not None else []
     uss_gain = max(cur.rise, cur.growth)
     rss_gain = max(rss.rise, rss.growth) if rss is not None else 0.0
+    copied = _cow_floor(cur, summary, cfg)
     cow = cur.shape in ("growing", "plateau") and uss_gain > cur.threshold and \
-        rss_gain < 0.25 * uss_gain and worth_reporting(cur, uss_gain, cfg)
+        rss_gain < 0.25 * uss_gain and uss_gain >= copied
     if not cow and len(hist) == 1:
-        cow = _first_unit_cow(summary, cur, cfg)
+        cow = _first_unit_cow(summary, cur, cfg, copied)
     if cow:
         return once(metric, "plateau",
                     explain.worker_cow(ctx.origin, metric, cur, rss, int(count)))
-    # Three epochs of evidence for workers: their warm-up often spans the first two.
-    v = verdict(hist, cfg) if len(hist) >= 3 else "pending"
+    # Three units of evidence for workers: their warm-up often spans the first two. Units in
+    # which workers were still starting (the count's floor below today's) are no evidence.
+    steady = _steady(hist, history.get(worker_count.COUNT, []))
+    v = verdict(steady, cfg) if len(steady) >= 3 else "pending"
+    if v == "leak" and not _private_growth(steady, rss_hist):
+        v = "none"  # USS up, RSS not: shared pages copied one by one, not new memory
     if v == "leak":
         limit = ctx.limit("host.rss")
         slope = cur.slope if cur.shape == "growing" else \
-            (hist[-1].floor - hist[-2].floor) / max(cur.n_steps, 1)
+            (steady[-1].floor - steady[-2].floor) / max(cur.n_steps, 1)
         steps_to_oom = (limit - cur.peak) / slope if limit and slope > 0 else None
-        return [explain.worker_leak(ctx.origin, metric, hist, slope, int(count), steps_to_oom,
+        return [explain.worker_leak(ctx.origin, metric, steady, slope, int(count), steps_to_oom,
                                     consequence(steps_to_oom, cur, ctx, cfg), limit=limit,
                                     remaining=remaining_steps(cur, ctx),
                                     run_known=bool(ctx.total_steps))]
     if v == "accumulation":
-        prev = hist[-2] if len(hist) > 1 else None
+        prev = steady[-2] if len(steady) > 1 else None
         return once(metric, "accumulation",
                     explain.accumulation(ctx.origin, metric, cur, prev))
     if cur.shape == "plateau":
@@ -63,7 +68,46 @@ def judge(metric: str, summary: EpochSummary, history: dict[str, list[EpochStats
     return []
 
 
-def _first_unit_cow(summary: EpochSummary, cur: EpochStats, cfg: AnalyzerConfig) -> bool:
+def _steady(hist: list[EpochStats], counts: list[EpochStats]) -> list[EpochStats]:
+    """The units of ``hist`` in which the workers of today were all alive: a unit whose count
+    floor is below the latest one's holds samples from before some of them started."""
+    if not counts or counts[-1].unit != hist[-1].unit:
+        return hist
+    floor = {c.unit: c.floor for c in counts}
+    now = counts[-1].floor
+    return [h for h in hist if floor.get(h.unit, now) >= now]
+
+
+def _private_growth(hist: list[EpochStats], rss_hist: list[EpochStats]) -> bool:
+    """Did the workers' RSS rise with their USS over the last two units? New private memory
+    (a cache in the Dataset) raises both alike; copy-on-write raises USS alone: what the workers
+    had shared with the parent becomes private, RSS stays. Half-way decides. True when RSS is
+    not known."""
+    units = {r.unit: r for r in rss_hist}
+    prev, cur = hist[-2], hist[-1]
+    rp, rc = units.get(prev.unit), units.get(cur.unit)
+    if rp is None or rc is None:
+        return True
+    uss_up = cur.lo_end - prev.floor
+    rss_up = rc.lo_end - rp.floor
+    return uss_up <= 0 or rss_up >= 0.5 * uss_up
+
+
+def _cow_floor(cur: EpochStats, summary: EpochSummary, cfg: AnalyzerConfig) -> float:
+    """The least private growth worth calling copy-on-write: what any info finding needs, and
+    ``cow_min_share`` of the job's private memory (this process's USS over the unit, where
+    known, plus the workers')."""
+    parent = 0.0
+    if "host.uss" in summary.keys:
+        _, uss = summary.series("host.uss", "floor")
+        uss = uss[~np.isnan(uss)]
+        parent = float(np.median(uss)) if len(uss) else 0.0
+    least = max(cfg.shape.min_growth_bytes, cfg.info_min_rel * abs(cur.level))
+    return max(least, cfg.cow_min_share * (max(parent, 0.0) + max(cur.level, 0.0)))
+
+
+def _first_unit_cow(summary: EpochSummary, cur: EpochStats, cfg: AnalyzerConfig,
+                    copied: float) -> bool:
     """Copy-on-write that saturates early in the first unit: the shape statistics leave out
     the first unit's warm-up (where the copying happens when workers read the whole Dataset at
     once), so the raw series decide, from the first sample with every worker alive. Private
@@ -88,7 +132,6 @@ def _first_unit_cow(summary: EpochSummary, cur: EpochStats, cfg: AnalyzerConfig)
             break
         uss_gain = float(np.min(uss[-k:]) - uss[first])
         rss_gain = float(np.max(rss[first:]) - rss[first])
-        if uss_gain > cur.threshold and worth_reporting(cur, uss_gain, cfg) and \
-                rss_gain < 0.5 * uss_gain:
+        if uss_gain > cur.threshold and uss_gain >= copied and rss_gain < 0.5 * uss_gain:
             return True
     return False
