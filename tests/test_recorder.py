@@ -325,6 +325,30 @@ def test_oversized_bundle_is_trimmed_not_deleted(tmp_path: Path) -> None:
         assert (p / required).is_file()
 
 
+def test_report_is_added_after_the_evidence_is_committed(tmp_path: Path) -> None:
+    """report.html comes after the rename (a kill while it renders leaves a complete bundle):
+    a half-written ``.part`` is ignored by readers, the manifest lists the report once added,
+    and a report over the size limit is dropped and listed as trimmed."""
+    from memwatch.bundle.format import BundleWriter, add_file, note_error
+
+    w = BundleWriter(tmp_path / "oom", "20260101T000000Z-h-rank0-pid1")
+    for f in ("environment.json", "findings.json", "memory.json"):
+        w.write_json(f, {})
+    path = w.commit({"trigger": "watchdog"})
+    (path / "report.html.part").write_text("<html>half")  # killed mid-render
+    assert "report.html" not in open_bundle(path).manifest["files"]
+    assert add_file(path, "report.html", "<html>done</html>")
+    b = open_bundle(path)  # validates every listed file and its size
+    assert b.manifest["files"]["report.html"] == len("<html>done</html>")
+    assert b.manifest["bytes"] == sum(b.manifest["files"].values())
+    assert not add_file(path, "extra.html", "x" * 10_000, max_bytes=b.manifest["bytes"] + 100)
+    b = open_bundle(path)
+    assert "extra.html" not in b.manifest["files"] and not (path / "extra.html").exists()
+    assert b.manifest["trimmed"] == [{"file": "extra.html", "bytes": 10_000}]
+    note_error(path, "report.html", "MemoryError: ")
+    assert open_bundle(path).manifest["errors"] == {"report.html": "MemoryError: "}
+
+
 def test_stale_temporary_bundles_are_cleaned_at_start(tmp_path: Path) -> None:
     root = tmp_path / "oom"
     root.mkdir()
