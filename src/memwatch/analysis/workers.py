@@ -108,11 +108,12 @@ def _cow_floor(cur: EpochStats, summary: EpochSummary, cfg: AnalyzerConfig) -> f
 
 def _first_unit_cow(summary: EpochSummary, cur: EpochStats, cfg: AnalyzerConfig,
                     copied: float) -> bool:
-    """Copy-on-write that saturates early in the first unit: the shape statistics leave out
-    the first unit's warm-up (where the copying happens when workers read the whole Dataset at
-    once), so the raw series decide, from the first sample with every worker alive. Private
-    growth raises RSS as much as USS (ratio 1), copy-on-write raises USS alone (ratio 0):
-    half-way decides."""
+    """Copy-on-write that saturates inside the first unit: the shape statistics leave out the
+    first unit's warm-up and see little of it, so the raw series decide. The baseline is a tenth
+    of the unit (at least two samples) after every worker is alive: a worker's own start-up
+    (imports, unpickling, its first batches) copies a few MiB of the parent's pages in any
+    Dataset, and under load the first samples may catch it half-way. Private growth raises RSS
+    as much as USS (ratio 1), copy-on-write raises USS alone (ratio 0): half-way decides."""
     try:
         _, uss = summary.series("workers.uss", "floor")
         _, rss = summary.series("workers.rss", "floor")
@@ -125,13 +126,9 @@ def _first_unit_cow(summary: EpochSummary, cur: EpochStats, cfg: AnalyzerConfig,
         return False
     full = np.nonzero(cnt >= cnt.max())[0]
     k = max(2, len(uss) // 10)
-    # From the workers' first sample, and from the one after it (their start-up, in RSS and
-    # USS alike, may fall between the two): either shows the copying on its own.
-    for first in (int(full[0]), int(full[0]) + 1):
-        if first >= len(uss) - k:
-            break
-        uss_gain = float(np.min(uss[-k:]) - uss[first])
-        rss_gain = float(np.max(rss[first:]) - rss[first])
-        if uss_gain > cur.threshold and uss_gain >= copied and rss_gain < 0.5 * uss_gain:
-            return True
-    return False
+    first = int(full[0]) + k
+    if first >= len(uss) - k:
+        return False
+    uss_gain = float(np.min(uss[-k:]) - uss[first])
+    rss_gain = float(np.max(rss[first:]) - rss[first])
+    return uss_gain > cur.threshold and uss_gain >= copied and rss_gain < 0.5 * uss_gain

@@ -62,12 +62,11 @@ from memwatch.bundle.format import (
     Bundle,
     BundleWriter,
     add_file,
-    clean_stale,
-    enforce_retention,
     host_name,
     note_error,
     open_bundle,
 )
+from memwatch.bundle.retention import clean_stale, enforce_retention
 from memwatch.core.oom import Classification, classify
 from memwatch.core.protocols import SessionView
 from memwatch.core.redact import redact_obj, redact_text
