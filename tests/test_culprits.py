@@ -7,9 +7,6 @@ other tests' heaps would move it. Unit tests below check the weighing and naming
 from __future__ import annotations
 
 import collections
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,21 +14,12 @@ import numpy as np
 import pytest
 import torch
 
+from loop_runs import LoopRuns
 from memwatch.analysis import census as C
 from memwatch.analysis import holders as H
 from memwatch.analysis import weigh as W
 
-HERE = Path(__file__).parent
-_runs: dict[str, list[list[dict[str, Any]]]] = {}
-
-
-def run_loop(mode: str, tmp_path: Path) -> list[list[dict[str, Any]]]:
-    if mode not in _runs:
-        out = tmp_path / f"{mode}.json"
-        subprocess.run([sys.executable, str(HERE / "culprit_loops.py"), mode, str(out)],
-                       check=True, timeout=240, cwd=tmp_path)
-        _runs[mode] = json.loads(out.read_text())
-    return _runs[mode]
+run_loop = LoopRuns("culprit_loops.py")
 
 
 def _first_leak(epochs: list[list[dict[str, Any]]]) -> tuple[int, dict[str, Any]]:

@@ -5,29 +5,17 @@ Each loop runs in its own interpreter (tests/worker_loops.py)."""
 from __future__ import annotations
 
 import dataclasses
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from loop_runs import LoopRuns
 from memwatch.analysis import worker_count
 from memwatch.analysis.shapes import EpochStats
 from memwatch.analysis.trend import Trend
 
-HERE = Path(__file__).parent
-_runs: dict[str, list[list[dict[str, Any]]]] = {}
-
-
-def run_loop(mode: str, tmp_path: Path) -> list[list[dict[str, Any]]]:
-    if mode not in _runs:
-        out = tmp_path / f"{mode}.json"
-        subprocess.run([sys.executable, str(HERE / "worker_loops.py"), mode, str(out)],
-                       check=True, timeout=240, cwd=tmp_path)
-        _runs[mode] = json.loads(out.read_text())
-    return _runs[mode]
+run_loop = LoopRuns("worker_loops.py")
 
 
 def _all(epochs: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:

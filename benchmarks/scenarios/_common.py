@@ -108,3 +108,25 @@ def epochs_loop(mw: Any, epochs: int, steps_per_epoch: int,
             on_epoch_end(epoch)
         findings.append(mw.end_epoch())
     return findings
+
+
+def loader_epochs(mw: Any, epochs: int, dataset: Any, batch: int,
+                  shuffle: bool) -> list[list[Any]]:
+    """Train the MLP on ``dataset`` through a DataLoader with 2 persistent workers: one pass
+    per epoch, ``mw.step()`` per batch, ``mw.end_epoch()`` per epoch (the worker scenarios)."""
+    from torch.utils.data import DataLoader
+
+    torch.manual_seed(0)
+    model = MLP()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    loader = DataLoader(dataset, batch_size=batch, shuffle=shuffle, num_workers=2,
+                        persistent_workers=True)
+    findings: list[list[Any]] = []
+    for _ in range(epochs):
+        for x, y in loader:
+            opt.zero_grad(set_to_none=True)
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            mw.step()
+        findings.append(mw.end_epoch())
+    return findings

@@ -12,11 +12,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from . import Scenario
-from ._common import CLASSES, IN_DIM, MLP
+from ._common import CLASSES, IN_DIM, loader_epochs
 
 SCENARIO = Scenario(
     name="ctrl_worker_cow",
@@ -49,18 +48,5 @@ class PythonListDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
 
 
 def run(mw: Any, epochs: int, steps_per_epoch: int) -> list[list[Any]]:
-    torch.manual_seed(0)
-    model = MLP()
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     ds = PythonListDataset(steps_per_epoch * BATCH)
-    loader = DataLoader(ds, batch_size=BATCH, shuffle=False, num_workers=2,
-                        persistent_workers=True)
-    findings: list[list[Any]] = []
-    for _ in range(epochs):
-        for x, y in loader:
-            opt.zero_grad(set_to_none=True)
-            nn.functional.cross_entropy(model(x), y).backward()
-            opt.step()
-            mw.step()
-        findings.append(mw.end_epoch())
-    return findings
+    return loader_epochs(mw, epochs, ds, BATCH, shuffle=False)

@@ -11,11 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from . import Scenario
-from ._common import IN_DIM, MLP
+from ._common import IN_DIM, loader_epochs
 
 BATCH = 32
 FEATURES = 2 * IN_DIM  # 2 KiB per sample: 64 KiB per batch of 32
@@ -51,19 +50,5 @@ class AugmentingDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
 
 
 def run(mw: Any, epochs: int, steps_per_epoch: int) -> list[list[Any]]:
-    torch.manual_seed(0)
-    model = MLP()
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     ds = AugmentingDataset(steps_per_epoch * BATCH)
-    loader = DataLoader(ds, batch_size=BATCH, shuffle=True, num_workers=2,
-                        persistent_workers=True)
-    findings: list[list[Any]] = []
-    for _ in range(epochs):
-        for x, y in loader:
-            opt.zero_grad(set_to_none=True)
-            loss = nn.functional.cross_entropy(model(x), y)
-            loss.backward()
-            opt.step()
-            mw.step()
-        findings.append(mw.end_epoch())
-    return findings
+    return loader_epochs(mw, epochs, ds, BATCH, shuffle=True)
