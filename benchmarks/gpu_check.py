@@ -22,8 +22,15 @@ Parts (issue 18's list; the ones marked "not built" are reported as not run):
   ratio of a plain loop, a real OOM inside ``watch()`` with and without expandable segments, a
   device leak joined to its allocation site, real fragmentation (and quiet with expandable
   segments), ``device.outside_allocator``, ``device.private_pools`` under a CUDA graph, and
-  ``memwatch report`` / ``inspect`` of the OOM bundle. Not measured yet: the adapters' step-time
-  ratios and real OOMs inside Lightning, the HF Trainer and Accelerate on a GPU.
+  ``memwatch report`` / ``inspect`` of the OOM bundle;
+* the adapters (``benchmarks/gpu_adapters.py``, a child process each): the bf16 step-time ratio
+  of a GPT-2 from a config in a Lightning fit, an HF ``Trainer`` and an Accelerate loop
+  (``2c_ratio_*``), and a real CUDA OOM inside each, with and without expandable segments
+  (``2d_oom_*``).
+
+``--only PREFIX`` (repeatable) runs only the child parts whose names start with it, for machines
+lent 10 minutes a call: ``--only 2c_step --only 2d_real --only 2e --only 2f --only 2g --only 2h
+--only 2i`` then ``--only 2c_ratio_ --only 2d_oom_`` into another folder.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ if str(REPO / "src") not in sys.path:
 import memwatch  # noqa: E402
 
 sys.path.insert(0, str(REPO / "benchmarks"))
+import gpu_adapters  # noqa: E402
 import gpu_parts  # noqa: E402
 
 
@@ -209,6 +217,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="gpu-check-out", help="folder for report.md and report.json")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    ap.add_argument("--only", action="append", metavar="PREFIX", default=[],
+                    help="run only the child parts (2c-2i) whose name starts with PREFIX "
+                         "(repeatable; e.g. --only 2c_ratio_ --only 2d_oom_): the whole check "
+                         "takes longer than one 10-minute call on a lent machine")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -219,11 +231,18 @@ def main(argv: list[str] | None = None) -> int:
         "no_sync": _guard(lambda: no_sync(50 if args.quick else 500)),
     }
     parts["fake_device_paths"] = _guard(fake_device_paths)
-    for key, (what, _timeout) in gpu_parts.PARTS.items():
-        if _cuda() is None:
+    children: list[tuple[str, str, Callable[[], dict[str, Any]]]] = [
+        (key, what, lambda key=key: gpu_parts.run_part(key, out))
+        for key, (what, _timeout) in gpu_parts.PARTS.items()]
+    children += [(key, what, lambda key=key: gpu_adapters.run_part(key, out))
+                 for key, _kind, _fw, what in gpu_adapters.parts()]
+    for key, what, run in children:
+        if args.only and not any(key.startswith(p) for p in args.only):
+            parts[key] = {"status": "not run", "reason": f"not selected (--only): {what}"}
+        elif _cuda() is None:
             parts[key] = {"status": "not run", "reason": f"no CUDA device: {what}"}
         else:
-            parts[key] = _guard(lambda key=key: gpu_parts.run_part(key, out))
+            parts[key] = _guard(run)
     doc = {"environment": environment(), "parts": parts}
     (out / "report.json").write_text(json.dumps(doc, indent=1, default=str))
     (out / "report.md").write_text(render(doc))

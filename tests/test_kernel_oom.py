@@ -73,14 +73,25 @@ def test_bad_blackbox_option_names_the_fix() -> None:
 
 
 # ------------------------------------------------------------------ the kernel's OOM killer
+#: Runs of the worker scenario allowed before the kernel's choice of victims counts against it.
+WORKER_ATTEMPTS = 3
+
+
 def test_kernel_kills_a_dataloader_worker(tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    with child_cgroup_or_skip(LIMIT) as cg:
-        proc = cg.popen([sys.executable, str(SCRIPT), "worker", str(out)], env=_env(),
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        _, err = proc.communicate(timeout=180)
-        kills = cg.oom_kills()
-    assert kills >= 1, f"the kernel killed nothing; stderr: {err[-2000:]}"
+    for attempt in range(WORKER_ATTEMPTS):
+        out = tmp_path / f"run{attempt}"
+        with child_cgroup_or_skip(LIMIT) as cg:
+            proc = cg.popen([sys.executable, str(SCRIPT), "worker", str(out)], env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            _, err = proc.communicate(timeout=180)
+            kills = cg.oom_kills()
+        assert kills >= 1, f"the kernel killed nothing; stderr: {err[-2000:]}"
+        # The memory cgroup's OOM killer sometimes kills in a burst: both workers (they are its
+        # first choice, oom_score_adj 1000), then the main process, within ~10 ms, before the
+        # workers' pages are uncharged (seen in the kernel log, 1 run in 6 here). Such a run
+        # never reaches the DataLoader's error, so it tests nothing of memwatch's: run again.
+        if proc.returncode != -signal.SIGKILL or kills < 3:
+            break
     assert proc.returncode == 1, err[-2000:]  # the loop failed with the DataLoader's error
     oom = [b for b in _bundles(out) if b["manifest"]["trigger"] == "exception"]
     assert len(oom) == 1, err[-2000:]

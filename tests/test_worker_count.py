@@ -51,7 +51,8 @@ def test_copy_on_write_reported_in_the_first_epoch(tmp_path: Path) -> None:
 
 def test_numpy_dataset_no_copy_on_write(tmp_path: Path) -> None:
     fs = _all(run_loop("cow_numpy", tmp_path))
-    assert not [f for f in fs if f["evidence"].get("pattern") == "copy_on_write"], fs
+    cow = [f for f in fs if f["evidence"].get("pattern") == "copy_on_write"]
+    assert not cow, [(f["epoch"], f["message"][:160], f["evidence"]) for f in cow]
     assert not [f for f in fs if f["kind"] == "leak"], fs
 
 

@@ -110,9 +110,10 @@ def _first_unit_cow(summary: EpochSummary, cur: EpochStats, cfg: AnalyzerConfig,
                     copied: float) -> bool:
     """Copy-on-write that saturates inside the first unit: the shape statistics leave out the
     first unit's warm-up and see little of it, so the raw series decide. The baseline is a tenth
-    of the unit (at least two samples) after every worker is alive: a worker's own start-up
-    (imports, unpickling, its first batches) copies a few MiB of the parent's pages in any
-    Dataset, and under load the first samples may catch it half-way. Private growth raises RSS
+    of the unit (at least two samples) after every worker is alive, and after their RSS has
+    settled: a worker's own start-up (imports, unpickling, its first batches) copies a few MiB
+    of the parent's pages in any Dataset, and under load the first samples may catch it
+    half-way. Private growth raises RSS
     as much as USS (ratio 1), copy-on-write raises USS alone (ratio 0): half-way decides."""
     try:
         _, uss = summary.series("workers.uss", "floor")
@@ -126,7 +127,13 @@ def _first_unit_cow(summary: EpochSummary, cur: EpochStats, cfg: AnalyzerConfig,
         return False
     full = np.nonzero(cnt >= cnt.max())[0]
     k = max(2, len(uss) // 10)
-    first = int(full[0]) + k
+    # ... and not before the workers' RSS has made nine tenths of its rise in the unit: their
+    # start-up allocates private pages (RSS and USS alike), and on a busy machine it lasts
+    # longer than a tenth of the unit.
+    rss_max = float(np.max(rss[full[0]:]))
+    settle = rss_max - max(cfg.shape.min_growth_bytes, 0.1 * (rss_max - float(rss[full[0]])))
+    settled = np.nonzero(rss[full[0]:] >= settle)[0]
+    first = max(int(full[0]) + k, int(full[0]) + int(settled[0]))
     if first >= len(uss) - k:
         return False
     uss_gain = float(np.min(uss[-k:]) - uss[first])

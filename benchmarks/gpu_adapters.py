@@ -1,0 +1,333 @@
+"""The adapters on a real device (issue 18, 2c and 2d for Lightning, the HF Trainer and
+Accelerate): the step-time ratio with and without memwatch on a GPT-2 built from a config in
+bf16, and a real out-of-memory error inside ``fit`` / ``train()`` / an Accelerate loop that must
+leave one bundle (captured before unwind on CUDA, with the allocator snapshot and the census).
+
+``python benchmarks/gpu_adapters.py KIND FRAMEWORK DEVICE OUT_JSON OUT_DIR`` with KIND ``ratio``
+or ``oom``, FRAMEWORK ``lightning``, ``transformers`` or ``accelerate``, DEVICE ``cuda`` or
+``cpu``. ``gpu_check.py`` runs the CUDA ones, each in a child process of its own; on ``cpu`` the
+same code runs small (fp32, a few steps; the OOM is the host allocator refusing 1 PiB), which
+``tests/test_gpu_check.py`` runs on every ``make test`` so that the script works the day a GPU is
+lent. Nothing here imports wandb or plotly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO / "src") not in sys.path:
+    sys.path.insert(0, str(REPO / "src"))
+
+FRAMEWORKS = ("lightning", "transformers", "accelerate")
+#: A step whose time the GPU dominates on CUDA; seconds of CPU time on the smoke run.
+SIZES = {"cuda": {"n_layer": 4, "n_head": 8, "n_embd": 512, "vocab": 8192, "seq": 256,
+                  "batch": 16, "steps": 120, "pairs": 3},
+         "cpu": {"n_layer": 1, "n_head": 2, "n_embd": 64, "vocab": 512, "seq": 32,
+                 "batch": 4, "steps": 12, "pairs": 1}}
+OOM_AT = 3  # the optimizer step (0-based) whose forward asks for more than the device has
+WARM = 5  # first step intervals left out (lazy initialisation, autotuning)
+
+
+class Ids:
+    """Token ids of one fixed random batch, ``n`` of them: nothing to download or tokenise."""
+
+    def __init__(self, n: int, seq: int, vocab: int) -> None:
+        import torch
+
+        g = torch.Generator().manual_seed(0)
+        self.rows = torch.randint(0, vocab, (n, seq), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.rows[i]
+
+
+def _gpt2(sz: dict[str, int]) -> Any:
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=sz["n_layer"], n_head=sz["n_head"], n_embd=sz["n_embd"],
+                     vocab_size=sz["vocab"], n_positions=sz["seq"], bos_token_id=0,
+                     eos_token_id=0)
+    return GPT2LMHeadModel(cfg)
+
+
+def too_much(device: Any) -> int:
+    """Bytes no allocation on ``device`` can get: twice a CUDA device's memory, or 1 PiB of host
+    memory (the kernel refuses the mapping; nothing is touched)."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return 2 * int(torch.cuda.get_device_properties(dev).total_memory)
+    return 1 << 50
+
+
+def _oom_now(device: Any) -> None:
+    import torch
+
+    torch.empty(too_much(device), dtype=torch.uint8, device=device)
+
+
+class Stamps:
+    """Wall-clock stamps at step ends (after a device synchronisation on CUDA, in both variants
+    alike: the interval is then the step's real time, not its launch time)."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.t: list[float] = []
+
+    def __call__(self) -> None:
+        if self.device == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+        self.t.append(time.perf_counter())
+
+    def intervals(self) -> list[float]:
+        d = [b - a for a, b in zip(self.t, self.t[1:], strict=False)]
+        return d[min(WARM, len(d) // 4):]
+
+
+# --------------------------------------------------------------------------- one run each
+
+def _lightning(device: str, sz: dict[str, int], mw: bool, out: Path, oom: bool,
+               stamp: Stamps) -> Any:
+    import lightning.pytorch as pl
+    import torch
+    from torch.utils.data import DataLoader
+
+    from memwatch.integrations.lightning import MemWatchCallback
+
+    class LitGPT(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = _gpt2(sz)
+
+        def training_step(self, batch: Any, i: int) -> Any:
+            if oom and self.global_step == OOM_AT:
+                _oom_now(self.device)
+            return self.model(input_ids=batch, labels=batch).loss
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.AdamW(self.parameters(), lr=1e-4)
+
+    class Stamp(pl.Callback):
+        def on_train_batch_end(self, *a: Any, **k: Any) -> None:
+            stamp()
+
+    cb = MemWatchCallback(workers=False, out_dir=str(out)) if mw else None
+    trainer = pl.Trainer(
+        accelerator="gpu" if device == "cuda" else "cpu", devices=1,
+        precision="bf16-true" if device == "cuda" else "32-true", max_steps=sz["steps"],
+        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=str(out),
+        callbacks=[c for c in (cb, Stamp()) if c is not None])
+    data = DataLoader(Ids(sz["steps"] * sz["batch"], sz["seq"], sz["vocab"]),
+                      batch_size=sz["batch"])
+    trainer.fit(LitGPT(), data)
+    return cb
+
+
+def _transformers(device: str, sz: dict[str, int], mw: bool, out: Path, oom: bool,
+                  stamp: Stamps) -> Any:
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    from memwatch.integrations.transformers import watch_trainer
+
+    class OomTrainer(Trainer):
+        def compute_loss(self, model: Any, inputs: Any, *a: Any, **k: Any) -> Any:
+            if oom and self.state.global_step == OOM_AT:
+                _oom_now(model.device)
+            return super().compute_loss(model, inputs, *a, **k)
+
+    class Stamp(TrainerCallback):
+        def on_step_end(self, *a: Any, **k: Any) -> None:
+            stamp()
+
+    def collate(rows: list[Any]) -> dict[str, Any]:
+        import torch
+
+        ids = torch.stack(rows)
+        return {"input_ids": ids, "labels": ids}
+
+    args = TrainingArguments(
+        output_dir=str(out / "hf"), max_steps=sz["steps"],
+        per_device_train_batch_size=sz["batch"], use_cpu=device == "cpu",
+        bf16=device == "cuda", report_to=[], save_strategy="no", logging_steps=10**6,
+        disable_tqdm=True, dataloader_num_workers=0, seed=0)
+    trainer = OomTrainer(_gpt2(sz), args,
+                         train_dataset=Ids(sz["steps"] * sz["batch"], sz["seq"], sz["vocab"]),
+                         data_collator=collate, callbacks=[Stamp()])
+    if not mw:
+        trainer.train()
+        return None
+    # watch_trainer: the bundle is written when the exception leaves train(), even where the
+    # caller catches it (here: the check) rather than letting it end the process.
+    with watch_trainer(trainer, workers=False, out_dir=str(out)) as cb:
+        trainer.train()
+    return cb
+
+
+def _accelerate(device: str, sz: dict[str, int], mw: bool, out: Path, oom: bool,
+                stamp: Stamps) -> Any:
+    import contextlib
+
+    import torch
+    from accelerate import Accelerator
+    from torch.utils.data import DataLoader
+
+    from memwatch.integrations.accelerate import attach
+
+    acc = Accelerator(cpu=device == "cpu", mixed_precision="bf16" if device == "cuda" else "no")
+    model = _gpt2(sz)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    data = DataLoader(Ids(sz["steps"] * sz["batch"], sz["seq"], sz["vocab"]),
+                      batch_size=sz["batch"])
+    model, opt, data = acc.prepare(model, opt, data)
+    hook = attach(acc, opt, workers=False, out_dir=str(out)) if mw else None
+    with hook if hook is not None else contextlib.nullcontext():
+        for step, ids in enumerate(data):
+            if oom and step == OOM_AT:
+                _oom_now(acc.device)
+            loss = model(input_ids=ids, labels=ids).loss
+            acc.backward(loss)
+            opt.step()
+            opt.zero_grad()
+            stamp()
+    return hook
+
+
+RUNS: dict[str, Callable[..., Any]] = {"lightning": _lightning, "transformers": _transformers,
+                                       "accelerate": _accelerate}
+
+
+# --------------------------------------------------------------------------- the two checks
+
+def ratio(framework: str, device: str, out: Path) -> dict[str, Any]:
+    """Median step time with memwatch over without, runs alternating (off, on, on, off, ...)."""
+    sz = SIZES[device]
+    times: dict[str, list[float]] = {"off": [], "on": []}
+    per_run: list[dict[str, Any]] = []
+    for pair in range(sz["pairs"]):
+        for mode in (("off", "on") if pair % 2 == 0 else ("on", "off")):
+            stamp = Stamps(device)
+            with tempfile.TemporaryDirectory(dir=out) as tmp:
+                RUNS[framework](device, sz, mode == "on", Path(tmp), False, stamp)
+            d = stamp.intervals()
+            times[mode].extend(d)
+            per_run.append({"mode": mode, "steps": len(d),
+                            "median_ms": statistics.median(d) * 1e3 if d else None})
+    off, on = statistics.median(times["off"]), statistics.median(times["on"])
+    r = on / off
+    status = "passed" if device == "cpu" or r < 1.02 else "failed"
+    return {"status": status, "framework": framework, "device": device, "ratio": r,
+            "median_step_ms": {"off": off * 1e3, "on": on * 1e3}, "runs": per_run,
+            "model": "GPT-2 from a config, {n_layer} layers, {n_embd} wide, seq {seq}, "
+                     "batch {batch}".format(**sz),
+            "precision": "bf16" if device == "cuda" else "fp32",
+            "target": "< 1.02 on CUDA (the CPU smoke run checks only that it runs)"}
+
+
+def oom(framework: str, device: str, out: Path) -> dict[str, Any]:
+    """A real OOM at step 3 ends the run with one bundle: before unwind on CUDA, the allocator's
+    segments and the census's groups in it."""
+    from memwatch.bundle import find_bundles
+
+    d = out / f"oom-{framework}-{device}"
+    raised: BaseException | None = None
+    try:
+        RUNS[framework](device, SIZES[device], True, d, True, Stamps("cpu"))
+    except BaseException as e:  # noqa: BLE001 - the OOM (whatever the framework wrapped it in)
+        raised = e
+    if raised is None:
+        return {"status": "failed", "error": "the run ended without an out-of-memory error"}
+    bundles = [(p, b) for p, b in find_bundles(d / "oom") if not isinstance(b, Exception)]
+    if len(bundles) != 1:
+        return {"status": "failed", "error": f"{len(bundles)} bundles (expected 1)",
+                "exception": f"{type(raised).__name__}: {str(raised)[:300]}"}
+    path, b = bundles[0]
+    m = b.manifest
+    census = b.read_json("census.json") or {}
+    snap = b.snapshot() if device == "cuda" else None
+    segments = len((snap or {}).get("segments", []))
+    groups = census.get("groups", [])
+    if device == "cuda":
+        ok = m.get("pre_unwind") is True and m.get("classification") == "cuda_oom" and \
+            segments > 0 and any(str(g.get("device", "")).startswith("cuda") for g in groups)
+    else:
+        ok = m.get("classification") == "host_oom" and bool(groups)
+    return {"status": "passed" if ok else "failed", "framework": framework, "device": device,
+            "bundle": str(path), "trigger": m.get("trigger"),
+            "classification": m.get("classification"), "pre_unwind": m.get("pre_unwind"),
+            "segments": segments, "census_groups": len(groups),
+            "exception": f"{type(raised).__name__}: {str(raised)[:200]}",
+            "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}
+
+
+def parts() -> Iterator[tuple[str, str, str, str]]:
+    """(part name, kind, framework, what) of every adapter part gpu_check runs on CUDA."""
+    for fw in FRAMEWORKS:
+        yield (f"2c_ratio_{fw}", "ratio", fw,
+               f"{fw}: bf16 GPT-2 step time with/without memwatch, alternating runs")
+    for fw in FRAMEWORKS:
+        yield (f"2d_oom_{fw}", "oom", fw, f"a real CUDA OOM inside {fw}: one bundle, before "
+               "unwind, with segments and the census")
+        yield (f"2d_oom_{fw}_expandable", "oom", fw, f"the same inside {fw} with "
+               "expandable_segments:True")
+
+
+def run_part(name: str, out_dir: Path) -> dict[str, Any]:
+    """Run the adapter part ``name`` (from :func:`parts`) on CUDA in a child process."""
+    import subprocess
+
+    kind, fw, what = next((k, f, w) for n, k, f, w in parts() if n == name)
+    timeout = 300 if kind == "ratio" else 180
+    res = out_dir / f"{name}.json"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    if name.endswith("_expandable"):
+        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+    work = out_dir / name
+    try:
+        r = subprocess.run([sys.executable, __file__, kind, fw, "cuda", str(res), str(work)],
+                           cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"status": "failed", "what": what, "error": f"timed out after {timeout} s"}
+    if res.exists():
+        doc: dict[str, Any] = json.loads(res.read_text())
+        doc.setdefault("what", what)
+        return doc
+    return {"status": "failed", "what": what, "exit": r.returncode,
+            "error": (r.stdout + r.stderr)[-2000:]}
+
+
+def main(argv: list[str]) -> int:
+    kind, framework, device, res, out = argv[0], argv[1], argv[2], Path(argv[3]), Path(argv[4])
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        doc = (ratio if kind == "ratio" else oom)(framework, device, out)
+    except ImportError as e:
+        doc = {"status": "not run", "reason": f"a package is missing here: {e}"}
+    except Exception as e:  # noqa: BLE001 - reported as a failed part with its traceback
+        import traceback
+
+        doc = {"status": "failed", "error": f"{type(e).__name__}: {e}",
+               "traceback": traceback.format_exc()[-3000:]}
+    res.write_text(json.dumps(doc, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
