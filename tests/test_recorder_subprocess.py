@@ -137,7 +137,7 @@ def test_real_training_loop_dying_of_host_oom_leaves_exactly_one_bundle(tmp_path
     # too); at least a third of the headroom is theirs either way.
     assert census["groups"][0]["shape"] == [2 * 2**20] and census["groups"][0]["count"] >= 12
     samples = [r for r in b.timeline() if r["type"] == "sample"]
-    assert len(samples) >= 20
+    assert len(samples) >= m["step"] >= 12  # every step it trained is in the timeline
     assert m["write_seconds"] < 5.0
     assert cli_main(["inspect", str(b.path)]) == 0
 
