@@ -13,7 +13,6 @@ lent. Nothing here imports wandb or plotly.
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -26,6 +25,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO / "src") not in sys.path:
     sys.path.insert(0, str(REPO / "src"))
+if str(REPO / "benchmarks") not in sys.path:
+    sys.path.insert(0, str(REPO / "benchmarks"))
 
 FRAMEWORKS = ("lightning", "transformers", "accelerate")
 #: A step whose time the GPU dominates on CUDA; seconds of CPU time on the smoke run.
@@ -291,42 +292,21 @@ def parts() -> Iterator[tuple[str, str, str, str]]:
 
 def run_part(name: str, out_dir: Path) -> dict[str, Any]:
     """Run the adapter part ``name`` (from :func:`parts`) on CUDA in a child process."""
-    import subprocess
+    from gpu_parts import EXPANDABLE, spawn
 
     kind, fw, what = next((k, f, w) for n, k, f, w in parts() if n == name)
-    timeout = 300 if kind == "ratio" else 180
     res = out_dir / f"{name}.json"
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    if name.endswith("_expandable"):
-        env["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-    work = out_dir / name
-    try:
-        r = subprocess.run([sys.executable, __file__, kind, fw, "cuda", str(res), str(work)],
-                           cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"status": "failed", "what": what, "error": f"timed out after {timeout} s"}
-    if res.exists():
-        doc: dict[str, Any] = json.loads(res.read_text())
-        doc.setdefault("what", what)
-        return doc
-    return {"status": "failed", "what": what, "exit": r.returncode,
-            "error": (r.stdout + r.stderr)[-2000:]}
+    env = EXPANDABLE if name.endswith("_expandable") else {}
+    return spawn([__file__, kind, fw, "cuda", str(res), str(out_dir / name)], res, what,
+                 300 if kind == "ratio" else 180, env)
 
 
 def main(argv: list[str]) -> int:
+    from gpu_parts import write_result
+
     kind, framework, device, res, out = argv[0], argv[1], argv[2], Path(argv[3]), Path(argv[4])
     out.mkdir(parents=True, exist_ok=True)
-    try:
-        doc = (ratio if kind == "ratio" else oom)(framework, device, out)
-    except ImportError as e:
-        doc = {"status": "not run", "reason": f"a package is missing here: {e}"}
-    except Exception as e:  # noqa: BLE001 - reported as a failed part with its traceback
-        import traceback
-
-        doc = {"status": "failed", "error": f"{type(e).__name__}: {e}",
-               "traceback": traceback.format_exc()[-3000:]}
-    res.write_text(json.dumps(doc, indent=1, default=str))
-    return 0
+    return write_result(res, lambda: (ratio if kind == "ratio" else oom)(framework, device, out))
 
 
 if __name__ == "__main__":

@@ -49,12 +49,18 @@ def run_part(name: str, out_dir: Path) -> dict[str, Any]:
     """Run one part in a child process; its JSON result (or why it failed)."""
     what, timeout = PARTS[name]
     res = out_dir / f"{name}.json"
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    if name.endswith("_expandable"):
-        env.update(EXPANDABLE)
+    env = EXPANDABLE if name.endswith("_expandable") else {}
+    return spawn([__file__, name, str(res), str(out_dir)], res, what, timeout, env)
+
+
+def spawn(args: list[str], res: Path, what: str, timeout: int,
+          env_extra: dict[str, str]) -> dict[str, Any]:
+    """Run ``python ARGS`` from the repository, which writes its result to ``res``; that result,
+    or why there is none (a timeout, a crash: the end of its output)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), **env_extra}
     try:
-        r = subprocess.run([sys.executable, __file__, name, str(res), str(out_dir)], cwd=REPO,
-                           env=env, capture_output=True, text=True, timeout=timeout)
+        r = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True,
+                           text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"status": "failed", "what": what, "error": f"timed out after {timeout} s"}
     if res.exists():
@@ -63,6 +69,22 @@ def run_part(name: str, out_dir: Path) -> dict[str, Any]:
         return doc
     return {"status": "failed", "what": what, "exit": r.returncode,
             "error": (r.stdout + r.stderr)[-2000:]}
+
+
+def write_result(res: Path, check: Any) -> int:
+    """In a child: run ``check()`` and write its result to ``res`` (a missing package is "not
+    run" with the reason; any other error "failed" with its traceback). Always exits 0."""
+    try:
+        doc = check()
+    except ImportError as e:
+        doc = {"status": "not run", "reason": f"a package is missing here: {e}"}
+    except Exception as e:  # noqa: BLE001 - reported as a failed part with its traceback
+        import traceback
+
+        doc = {"status": "failed", "error": f"{type(e).__name__}: {e}",
+               "traceback": traceback.format_exc()[-3000:]}
+    res.write_text(json.dumps(doc, indent=1, default=str))
+    return 0
 
 
 # --------------------------------------------------------------------------- the children
@@ -77,7 +99,8 @@ def p_2c(out: Path) -> dict[str, Any]:
 
     import memwatch
 
-    cfg = GPT2Config(n_layer=4, n_head=8, n_embd=512, vocab_size=8192, n_positions=256)
+    cfg = GPT2Config(n_layer=4, n_head=8, n_embd=512, vocab_size=8192, n_positions=256,
+                     bos_token_id=0, eos_token_id=0)
     model = GPT2LMHeadModel(cfg).cuda().to(torch.bfloat16)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     x = torch.randint(0, cfg.vocab_size, (16, 256), device="cuda")
@@ -298,17 +321,7 @@ CHILDREN = {
 
 def main(argv: list[str]) -> int:
     name, res, out = argv[0], Path(argv[1]), Path(argv[2])
-    try:
-        doc = CHILDREN[name](out)
-    except ImportError as e:
-        doc = {"status": "not run", "reason": f"a package is missing here: {e}"}
-    except Exception as e:  # noqa: BLE001 - reported as a failed part with its traceback
-        import traceback
-
-        doc = {"status": "failed", "error": f"{type(e).__name__}: {e}",
-               "traceback": traceback.format_exc()[-3000:]}
-    res.write_text(json.dumps(doc, indent=1, default=str))
-    return 0
+    return write_result(res, lambda: CHILDREN[name](out))
 
 
 if __name__ == "__main__":
