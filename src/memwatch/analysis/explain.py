@@ -342,9 +342,9 @@ def worker_leak(origin: Origin, metric: str, stats: list[EpochStats], slope: flo
 
 
 def worker_cow(origin: Origin, metric: str, cur: EpochStats, rss: EpochStats | None,
-               workers: int) -> Finding:
+               workers: int, copied: float) -> Finding:
     msg = (
-        f"{_where(metric)} rose by {fmt_bytes(max(cur.rise, cur.growth))} while their resident "
+        f"{_where(metric)} rose by {fmt_bytes(copied)} while their resident "
         "memory stayed flat: that is copy-on-write, not a leak. Forked workers share the "
         "parent's pages until they touch them, and Python touches every object it reads "
         "(reference counts), so shared pages become private one by one (pytorch#13246). It "
@@ -358,7 +358,7 @@ def worker_cow(origin: Origin, metric: str, cur: EpochStats, rss: EpochStats | N
             "Keep the dataset in numpy arrays, a memmap or Arrow instead of lists/dicts of "
             "Python objects: their pages are never written, so they stay shared.",
         ],
-        evidence={"pattern": "copy_on_write", "workers": workers, "uss_rise": cur.rise,
+        evidence={"pattern": "copy_on_write", "workers": workers, "uss_rise": copied,
                   "rss_rise": rss.rise if rss is not None else None},
     )
 

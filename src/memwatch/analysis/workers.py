@@ -36,14 +36,14 @@ def judge(metric: str, summary: EpochSummary, history: dict[str, list[EpochStats
         return [f] if f is not None else []
     uss_gain = max(cur.rise, cur.growth)
     rss_gain = max(rss.rise, rss.growth) if rss is not None else 0.0
-    copied = _cow_floor(cur, summary, cfg)
-    cow = cur.shape in ("growing", "plateau") and uss_gain > cur.threshold and \
-        rss_gain < 0.25 * uss_gain and uss_gain >= copied
+    copied = _cow_floor(cur, summary, cfg, int(count))
+    cow = uss_gain if cur.shape in ("growing", "plateau") and uss_gain > cur.threshold and \
+        rss_gain < 0.25 * uss_gain and uss_gain >= copied else 0.0
     if not cow and len(hist) == 1:
         cow = _first_unit_cow(summary, cur, cfg, copied)
     if cow:
         return once(metric, "plateau",
-                    explain.worker_cow(ctx.origin, metric, cur, rss, int(count)))
+                    explain.worker_cow(ctx.origin, metric, cur, rss, int(count), cow))
     # Three units of evidence for workers: their warm-up often spans the first two. Units in
     # which workers were still starting (the count's floor below today's) are no evidence.
     steady = _steady(hist, history.get(worker_count.COUNT, []))
@@ -93,38 +93,40 @@ def _private_growth(hist: list[EpochStats], rss_hist: list[EpochStats]) -> bool:
     return uss_up <= 0 or rss_up >= 0.5 * uss_up
 
 
-def _cow_floor(cur: EpochStats, summary: EpochSummary, cfg: AnalyzerConfig) -> float:
-    """The least private growth worth calling copy-on-write: what any info finding needs, and
+def _cow_floor(cur: EpochStats, summary: EpochSummary, cfg: AnalyzerConfig,
+               workers: int) -> float:
+    """The least private growth worth calling copy-on-write: what any info finding needs,
     ``cow_min_share`` of the job's private memory (this process's USS over the unit, where
-    known, plus the workers')."""
+    known, plus the workers'), and ``cow_min_per_worker`` for each worker."""
     parent = 0.0
     if "host.uss" in summary.keys:
         _, uss = summary.series("host.uss", "floor")
         uss = uss[~np.isnan(uss)]
         parent = float(np.median(uss)) if len(uss) else 0.0
     least = max(cfg.shape.min_growth_bytes, cfg.info_min_rel * abs(cur.level))
-    return max(least, cfg.cow_min_share * (max(parent, 0.0) + max(cur.level, 0.0)))
+    return max(least, cfg.cow_min_share * (max(parent, 0.0) + max(cur.level, 0.0)),
+               cfg.cow_min_per_worker * max(workers, 1))
 
 
 def _first_unit_cow(summary: EpochSummary, cur: EpochStats, cfg: AnalyzerConfig,
-                    copied: float) -> bool:
+                    copied: float) -> float:
     """Copy-on-write that saturates inside the first unit: the shape statistics leave out the
     first unit's warm-up and see little of it, so the raw series decide. The baseline is a tenth
     of the unit (at least two samples) after every worker is alive, and after their RSS has
     settled: a worker's own start-up (imports, unpickling, its first batches) copies a few MiB
     of the parent's pages in any Dataset, and under load the first samples may catch it
-    half-way. Private growth raises RSS
-    as much as USS (ratio 1), copy-on-write raises USS alone (ratio 0): half-way decides."""
+    half-way. Private growth raises RSS as much as USS (ratio 1), copy-on-write raises USS alone
+    (ratio 0): half-way decides. Returns the copied bytes (0.0: none worth a finding)."""
     try:
         _, uss = summary.series("workers.uss", "floor")
         _, rss = summary.series("workers.rss", "floor")
         _, cnt = summary.series("workers.count", "floor")
     except (KeyError, ValueError):
-        return False
+        return 0.0
     ok = ~(np.isnan(uss) | np.isnan(rss) | np.isnan(cnt))
     uss, rss, cnt = uss[ok], rss[ok], cnt[ok]
     if len(uss) < 6:
-        return False
+        return 0.0
     full = np.nonzero(cnt >= cnt.max())[0]
     k = max(2, len(uss) // 10)
     # ... and not before the workers' RSS has made nine tenths of its rise in the unit: their
@@ -135,7 +137,8 @@ def _first_unit_cow(summary: EpochSummary, cur: EpochStats, cfg: AnalyzerConfig,
     settled = np.nonzero(rss[full[0]:] >= settle)[0]
     first = max(int(full[0]) + k, int(full[0]) + int(settled[0]))
     if first >= len(uss) - k:
-        return False
+        return 0.0
     uss_gain = float(np.min(uss[-k:]) - uss[first])
     rss_gain = float(np.max(rss[first:]) - rss[first])
-    return uss_gain > cur.threshold and uss_gain >= copied and rss_gain < 0.5 * uss_gain
+    cow = uss_gain > cur.threshold and uss_gain >= copied and rss_gain < 0.5 * uss_gain
+    return uss_gain if cow else 0.0
