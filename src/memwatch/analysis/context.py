@@ -58,7 +58,7 @@ class AnalyzerConfig:
     # to hear about is copying that costs the job memory (pytorch#13246).
     cow_min_share: float = 0.02
     # ... and at least this much per worker: a worker's own start-up touches the interpreter's
-    # and the parent's objects whatever the Dataset (1.5-2.5 MiB per worker measured with a
+    # and the parent's objects whatever the Dataset (about 2 MiB per worker measured with a
     # numpy Dataset, against 10-15 MiB per worker reading 30,000 Python strings).
     cow_min_per_worker: float = 4 * 2**20
 
