@@ -54,7 +54,8 @@ class Ids:
         return self.rows[i]
 
 
-def _gpt2(sz: dict[str, int]) -> Any:
+def gpt2(sz: dict[str, int]) -> Any:
+    """A GPT-2 LM built from a config of ``sz`` (a :data:`SIZES` entry): nothing downloaded."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -115,7 +116,7 @@ def _lightning(device: str, sz: dict[str, int], mw: bool, out: Path, oom: bool,
     class LitGPT(pl.LightningModule):
         def __init__(self) -> None:
             super().__init__()
-            self.model = _gpt2(sz)
+            self.model = gpt2(sz)
 
         def training_step(self, batch: Any, i: int) -> Any:
             if oom and self.global_step == OOM_AT:
@@ -169,7 +170,7 @@ def _transformers(device: str, sz: dict[str, int], mw: bool, out: Path, oom: boo
         per_device_train_batch_size=sz["batch"], use_cpu=device == "cpu",
         bf16=device == "cuda", report_to=[], save_strategy="no", logging_steps=10**6,
         disable_tqdm=True, dataloader_num_workers=0, seed=0)
-    trainer = OomTrainer(_gpt2(sz), args,
+    trainer = OomTrainer(gpt2(sz), args,
                          train_dataset=Ids(sz["steps"] * sz["batch"], sz["seq"], sz["vocab"]),
                          data_collator=collate, callbacks=[Stamp()])
     if not mw:
@@ -193,7 +194,7 @@ def _accelerate(device: str, sz: dict[str, int], mw: bool, out: Path, oom: bool,
     from memwatch.integrations.accelerate import attach
 
     acc = Accelerator(cpu=device == "cpu", mixed_precision="bf16" if device == "cuda" else "no")
-    model = _gpt2(sz)
+    model = gpt2(sz)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     data = DataLoader(Ids(sz["steps"] * sz["batch"], sz["seq"], sz["vocab"]),
                       batch_size=sz["batch"])

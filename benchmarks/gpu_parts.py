@@ -95,15 +95,14 @@ def _findings(mw: Any) -> list[dict[str, Any]]:
 
 def p_2c(out: Path) -> dict[str, Any]:
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from gpu_adapters import SIZES, gpt2
 
     import memwatch
 
-    cfg = GPT2Config(n_layer=4, n_head=8, n_embd=512, vocab_size=8192, n_positions=256,
-                     bos_token_id=0, eos_token_id=0)
-    model = GPT2LMHeadModel(cfg).cuda().to(torch.bfloat16)
+    sz = SIZES["cuda"]  # the model the adapters' ratios train (gpu_adapters.py)
+    model = gpt2(sz).cuda().to(torch.bfloat16)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    x = torch.randint(0, cfg.vocab_size, (16, 256), device="cuda")
+    x = torch.randint(0, sz["vocab"], (sz["batch"], sz["seq"]), device="cuda")
 
     def step() -> None:
         loss = model(input_ids=x, labels=x).loss

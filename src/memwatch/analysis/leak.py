@@ -42,17 +42,19 @@ def verdict(hist: list[EpochStats], cfg: AnalyzerConfig) -> str:
     """'leak', 'accumulation', 'decelerating', 'pending' or 'none' for the latest epoch."""
     cur = hist[-1]
     prev = hist[-2] if len(hist) >= 2 else None
+    if prev is not None:
+        prev_gain = max(prev.rise, prev.growth if prev.shape == "growing" else 0.0)
+        held = cur.floor - prev.floor
+        # The previous unit rose, and this one still holds (most of) that rise.
+        carried = prev_gain > prev.threshold and held >= cfg.carry_fraction * prev_gain
     if cur.shape == "growing":
         if prev is None:
             return "pending"  # one epoch cannot tell a leak from epoch-scoped accumulation
-        prev_gain = max(prev.rise, prev.growth if prev.shape == "growing" else 0.0)
-        held = cur.floor - prev.floor
         # A saturating curve (a cache filling, pools settling) keeps growing, only slower every
         # epoch: a leak keeps its rate.
         decelerating = prev.shape == "growing" and \
             cur.trend.slope_high < cfg.deceleration * prev.slope
-        if prev_gain > prev.threshold and held >= cfg.carry_fraction * prev_gain \
-                and held > cur.threshold * 0.5 and not decelerating:
+        if carried and held > cur.threshold * 0.5 and not decelerating:
             return "leak"
         if decelerating:
             return "decelerating"
@@ -63,10 +65,7 @@ def verdict(hist: list[EpochStats], cfg: AnalyzerConfig) -> str:
         # A steady rise, held, then a stair of the same order: RSS of a leaking process often
         # stalls while the allocator hands out memory it already had (freed by earlier code),
         # then jumps when that runs out. Two units in a row added held memory of similar size.
-        prev_gain = max(prev.rise, prev.growth)
-        held = cur.floor - prev.floor
-        if prev_gain > prev.threshold and held >= cfg.carry_fraction * prev_gain and \
-                cur.rise > cur.threshold and cur.rise >= 0.4 * prev_gain:
+        if carried and cur.rise > cur.threshold and cur.rise >= 0.4 * prev_gain:
             return "leak"
     # Slow or stair-like leaks: RSS often rises in jumps (the C allocator fills its free pools
     # first, then grows the heap), so no single epoch shows a steady trend; the epoch floors

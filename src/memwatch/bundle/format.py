@@ -236,13 +236,7 @@ class BundleWriter:
             "write_seconds": round(time.perf_counter() - self._t0, 4),
             "complete": True,
         }
-        tmp_manifest = self.tmp / "manifest.json.part"
-        with open(tmp_manifest, "w", encoding="utf-8") as f:
-            json.dump(_finite(doc), f, indent=1, default=_json_default, allow_nan=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_manifest, self.tmp / "manifest.json")
+        _replace_json(self.tmp / "manifest.json", doc)
         final = self.root / self.name
         for i in range(2, 1000):
             if not final.exists():
@@ -303,6 +297,7 @@ def note_error(path: str | os.PathLike[str], fname: str, error: str) -> None:
 
 
 def _replace_json(path: Path, doc: dict[str, Any]) -> None:
+    """Write ``doc`` to ``path`` atomically: a ``.part`` file, fsynced, then renamed."""
     part = path.with_name(path.name + ".part")
     with open(part, "w", encoding="utf-8") as f:
         json.dump(_finite(doc), f, indent=1, default=_json_default, allow_nan=False)
