@@ -79,7 +79,7 @@ def print_table(rows: list[dict[str, Any]], summary: dict[str, Any] | None) -> N
     if summary is None:
         return
     print()
-    print("Reported-bug corpus (labels from the threads; benchmarks/scenarios/REPORTED.md)")
+    print("Reported-bug corpus (labels from the threads; benchmarks/scenarios/reported/README.md)")
     print(f"{'scenario':<28} {'label':<14} {'found':>6} {'holder':>7} {'kind':>5} {'twin':>6}")
     for r in rows:
         s = r.get("reported_score")

@@ -28,42 +28,11 @@ if str(REPO / "src") not in sys.path:
 if str(REPO / "benchmarks") not in sys.path:
     sys.path.insert(0, str(REPO / "benchmarks"))
 
+from gpu_common import EXPANDABLE, SIZES, Ids, gpt2, spawn, write_result  # noqa: E402
+
 FRAMEWORKS = ("lightning", "transformers", "accelerate")
-#: A step whose time the GPU dominates on CUDA; seconds of CPU time on the smoke run.
-SIZES = {"cuda": {"n_layer": 4, "n_head": 8, "n_embd": 512, "vocab": 8192, "seq": 256,
-                  "batch": 16, "steps": 120, "pairs": 3},
-         "cpu": {"n_layer": 1, "n_head": 2, "n_embd": 64, "vocab": 512, "seq": 32,
-                 "batch": 4, "steps": 12, "pairs": 1}}
 OOM_AT = 3  # the optimizer step (0-based) whose forward asks for more than the device has
 WARM = 5  # first step intervals left out (lazy initialisation, autotuning)
-
-
-class Ids:
-    """Token ids of one fixed random batch, ``n`` of them: nothing to download or tokenise."""
-
-    def __init__(self, n: int, seq: int, vocab: int) -> None:
-        import torch
-
-        g = torch.Generator().manual_seed(0)
-        self.rows = torch.randint(0, vocab, (n, seq), generator=g)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def __getitem__(self, i: int) -> Any:
-        return self.rows[i]
-
-
-def gpt2(sz: dict[str, int]) -> Any:
-    """A GPT-2 LM built from a config of ``sz`` (a :data:`SIZES` entry): nothing downloaded."""
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    cfg = GPT2Config(n_layer=sz["n_layer"], n_head=sz["n_head"], n_embd=sz["n_embd"],
-                     vocab_size=sz["vocab"], n_positions=sz["seq"], bos_token_id=0,
-                     eos_token_id=0)
-    return GPT2LMHeadModel(cfg)
 
 
 def too_much(device: Any) -> int:
@@ -293,8 +262,6 @@ def parts() -> Iterator[tuple[str, str, str, str]]:
 
 def run_part(name: str, out_dir: Path) -> dict[str, Any]:
     """Run the adapter part ``name`` (from :func:`parts`) on CUDA in a child process."""
-    from gpu_parts import EXPANDABLE, spawn
-
     kind, fw, what = next((k, f, w) for n, k, f, w in parts() if n == name)
     res = out_dir / f"{name}.json"
     env = EXPANDABLE if name.endswith("_expandable") else {}
@@ -303,8 +270,6 @@ def run_part(name: str, out_dir: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    from gpu_parts import write_result
-
     kind, framework, device, res, out = argv[0], argv[1], argv[2], Path(argv[3]), Path(argv[4])
     out.mkdir(parents=True, exist_ok=True)
     return write_result(res, lambda: (ratio if kind == "ratio" else oom)(framework, device, out))

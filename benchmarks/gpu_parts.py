@@ -9,7 +9,6 @@ Without CUDA, the parts whose logic runs on :class:`memwatch.testing.FakeDevice`
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -22,6 +21,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO / "src") not in sys.path:
     sys.path.insert(0, str(REPO / "src"))
+
+from gpu_common import EXPANDABLE, spawn, write_result  # noqa: E402
 
 MiB = 1 << 20
 
@@ -42,7 +43,6 @@ PARTS: dict[str, tuple[str, int]] = {
                          150),
     "2i_report_of_gpu_bundle": ("memwatch report and inspect of the 2d bundle", 120),
 }
-EXPANDABLE = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
 
 
 def run_part(name: str, out_dir: Path) -> dict[str, Any]:
@@ -53,40 +53,6 @@ def run_part(name: str, out_dir: Path) -> dict[str, Any]:
     return spawn([__file__, name, str(res), str(out_dir)], res, what, timeout, env)
 
 
-def spawn(args: list[str], res: Path, what: str, timeout: int,
-          env_extra: dict[str, str]) -> dict[str, Any]:
-    """Run ``python ARGS`` from the repository, which writes its result to ``res``; that result,
-    or why there is none (a timeout, a crash: the end of its output)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src"), **env_extra}
-    try:
-        r = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True,
-                           text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"status": "failed", "what": what, "error": f"timed out after {timeout} s"}
-    if res.exists():
-        doc: dict[str, Any] = json.loads(res.read_text())
-        doc.setdefault("what", what)
-        return doc
-    return {"status": "failed", "what": what, "exit": r.returncode,
-            "error": (r.stdout + r.stderr)[-2000:]}
-
-
-def write_result(res: Path, check: Any) -> int:
-    """In a child: run ``check()`` and write its result to ``res`` (a missing package is "not
-    run" with the reason; any other error "failed" with its traceback). Always exits 0."""
-    try:
-        doc = check()
-    except ImportError as e:
-        doc = {"status": "not run", "reason": f"a package is missing here: {e}"}
-    except Exception as e:  # noqa: BLE001 - reported as a failed part with its traceback
-        import traceback
-
-        doc = {"status": "failed", "error": f"{type(e).__name__}: {e}",
-               "traceback": traceback.format_exc()[-3000:]}
-    res.write_text(json.dumps(doc, indent=1, default=str))
-    return 0
-
-
 # --------------------------------------------------------------------------- the children
 
 def _findings(mw: Any) -> list[dict[str, Any]]:
@@ -95,7 +61,7 @@ def _findings(mw: Any) -> list[dict[str, Any]]:
 
 def p_2c(out: Path) -> dict[str, Any]:
     import torch
-    from gpu_adapters import SIZES, gpt2
+    from gpu_common import SIZES, gpt2
 
     import memwatch
 

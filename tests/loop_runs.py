@@ -1,5 +1,5 @@
 """Loops that must run in an interpreter of their own (real DataLoader workers, a heap no other
-test touched): ``LoopRuns("script.py")(mode, tmp_path)`` runs ``script.py MODE OUT_JSON`` once
+test touched): ``LoopRuns(path)(mode, tmp_path)`` runs ``python path MODE OUT_JSON`` once
 per mode and hands back the JSON it wrote (a mode's findings, per epoch), cached for the
 session's other tests of that mode."""
 
@@ -11,12 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).parent
-
 
 class LoopRuns:
-    def __init__(self, script: str, timeout_s: float = 240.0) -> None:
-        self.script = HERE / script
+    def __init__(self, script: Path, timeout_s: float = 240.0) -> None:
+        self.script = script
         self.timeout_s = timeout_s
         self._runs: dict[str, Any] = {}
 

@@ -1,11 +1,15 @@
 """The detection corpus: real CPU training loops with planted leaks, clean controls, and scripted
 device series.
 
-Every scenario is one module of this package. It exposes ``SCENARIO`` (a :class:`Scenario`: what
-is planted and what a correct verdict looks like) and ``run(mw, epochs, steps_per_epoch)``, which
-trains, calls ``mw.step()`` once per optimizer step and returns the findings of every
-``mw.end_epoch()`` (one list per epoch). ``benchmarks/bench_detection.py`` runs each one in its own
-process and scores the verdicts.
+Every scenario is one module of this package, in the folder of what it is: ``planted/``
+(leaks planted in real loops), ``controls/`` (clean loops), ``reported/`` (reproductions of
+reported bugs, each beside its fixed twin; labels from the threads, see ``reported/README.md``),
+``synthetic/`` (plain Python/numpy leaks) and ``device/`` (scripted accelerator series). A new
+scenario goes in its folder and in :data:`NAMES`. A module exposes ``SCENARIO`` (a
+:class:`Scenario`: what is planted and what a correct verdict looks like) and
+``run(mw, epochs, steps_per_epoch)``, which trains, calls ``mw.step()`` once per optimizer step
+and returns the findings of every ``mw.end_epoch()`` (one list per epoch).
+``benchmarks/bench_detection.py`` runs each one in its own process and scores the verdicts.
 
 Example::
 
@@ -21,7 +25,7 @@ import dataclasses
 import importlib
 from types import ModuleType
 
-__all__ = ["NAMES", "Scenario", "all_scenarios", "load"]
+__all__ = ["GROUPS", "NAMES", "Scenario", "all_scenarios", "group_of", "load"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +50,7 @@ class Scenario:
             (the forecast is scored against it).
         planted_bytes_per_step: for leaks, the bytes the bug keeps per step on average (tensor
             payloads; for reproductions of reported bugs, measured where payloads say too
-            little: see ``REPORTED.md``; the sanity test checks the raw series grows by about
+            little: see ``reported/README.md``; the sanity test checks the raw series grows by about
             this much).
         epochs, steps_per_epoch: the full run; ``quick_epochs``, ``quick_steps``: ``--quick``.
         source: the public issue thread the scenario reproduces (or, for a fixed twin, whose fix
@@ -91,6 +95,16 @@ class Scenario:
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
+
+#: The folder of each group, by the prefix of its modules' names.
+GROUPS: dict[str, str] = {
+    "leak_": "planted",
+    "ctrl_": "controls",
+    "rep_": "reported",
+    "fix_": "reported",
+    "syn_": "synthetic",
+    "dev_": "device",
+}
 
 #: Every scenario module, by group (planted leaks, then controls, ...). Keep sorted within each
 #: group.
@@ -157,11 +171,20 @@ NAMES: tuple[str, ...] = (
 )
 
 
+def group_of(name: str) -> str:
+    """The folder a scenario lives in (``"planted"``, ``"reported"``...), from its name."""
+    for prefix, folder in GROUPS.items():
+        if name.startswith(prefix):
+            return folder
+    raise ValueError(f"scenario {name!r} has no group: its name starts with none of "
+                     f"{', '.join(GROUPS)}")
+
+
 def load(name: str) -> ModuleType:
     """Import one scenario module by name."""
     if name not in NAMES:
         raise ValueError(f"unknown scenario {name!r}; known: {', '.join(NAMES)}")
-    return importlib.import_module(f"{__name__}.{name}")
+    return importlib.import_module(f"{__name__}.{group_of(name)}.{name}")
 
 
 def all_scenarios() -> list[Scenario]:

@@ -1,0 +1,52 @@
+"""Synthetic leak by the run's length: a ``deque`` whose ``maxlen`` is only reached late.
+
+Not from a thread. A "replay buffer" of per-step feature arrays (64 KiB numpy copies) is a
+``collections.deque`` with ``maxlen`` set from the planned run, ``int(0.8 * total_steps)``: it is
+bounded, but the bound is reached only after 80% of the run, so for the first 80% it grows by
+64 KiB every step, exactly like an unbounded list, and only the last part of the last epoch is
+flat.
+
+Decision (for this corpus): **a leak**, starting in epoch 0. Whether a bounded container is a
+leak depends on where its bound is relative to the run: this one is sized by steps, not by
+memory (0.8 x steps x 64 KiB grows with the run), and every verdict before the bound (at every
+epoch end but possibly the last) sees memory held across epochs and still growing at the same
+rate, which is what a leak verdict means here. A deque bounded early (``ctrl_bounded_deque``,
+``maxlen=32``) is the control. The holder is the module global ``replay_buffer``.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import numpy as np
+
+from .. import Scenario
+from .._common import BATCH, HIDDEN, epochs_loop, hidden_step, setup
+
+FILL_FRACTION = 0.8
+
+SCENARIO = Scenario(
+    name="syn_deque_late_bound",
+    is_leak=True,
+    leak_start_epoch=0,
+    expected_metric="host",
+    expected_culprit="replay_buffer",
+    description="synthetic: deque(maxlen=0.8 x total steps) of 64 KiB arrays, bound hit late",
+    planted_bytes_per_step=BATCH * HIDDEN * 4 + 112,  # while filling (80% of the run)
+)
+
+replay_buffer: collections.deque[np.ndarray] = collections.deque()
+
+
+def run(mw: Any, epochs: int, steps_per_epoch: int) -> list[list[Any]]:
+    global replay_buffer
+    replay_buffer = collections.deque(maxlen=int(FILL_FRACTION * epochs * steps_per_epoch))
+    model, opt, data = setup()
+
+    def step(epoch: int, i: int) -> None:
+        x, y = data.batch()
+        hidden, out, loss = hidden_step(model, opt, x, y)
+        replay_buffer.append(hidden.detach().numpy().copy())
+
+    return epochs_loop(mw, epochs, steps_per_epoch, step)
