@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 import memwatch
-from memwatch.analysis.trend import bucket, saturation_ratio, step_change, trend_test
+from memwatch.analysis.stats.trend import bucket, saturation_ratio, step_change, trend_test
 from memwatch.testing import FakeDevice
 
 RESULTS = Path(__file__).parent / "results"

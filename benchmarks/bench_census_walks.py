@@ -7,8 +7,9 @@ The heap: 3 million live objects in all: small lists (tracked, walked, too short
 64 KiB tensors, and a running sum kept with its graph for 20,000 steps (100,000 autograd
 nodes, the graph walk's cut is 250,000). ``take_census()`` is timed three times per setting, the
 median reported; the same heap is timed without the graph and the views (the census's floor).
-Then 200 lists grow by 100 numpy arrays each and :func:`memwatch.analysis.weigh.weigh_growth`
-weighs the 12 that grew most, as the attribution does at a check.
+Then 200 lists grow by 100 numpy arrays each and
+:func:`memwatch.analysis.culprits.weigh.weigh_growth` weighs the 12 that grew most, as the
+attribution does at a check.
 
 Prints a table and writes ``benchmarks/results/census_walks.json``. ``--quick``: 300,000
 objects.
@@ -32,10 +33,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from benchmarks import _common  # noqa: E402
 
-from memwatch.analysis import census  # noqa: E402
+from memwatch.analysis.culprits import census  # noqa: E402
 
 try:  # absent before issue 16: the census alone is timed then (the "before" figures)
-    from memwatch.analysis import weigh
+    from memwatch.analysis.culprits import weigh
 except ImportError:
     weigh = None  # type: ignore[assignment]
 

@@ -16,6 +16,11 @@ status is 0 either way (a loaded machine must not fail a build over a timing).
 
     python benchmarks/bench_hotpath.py            # full run (~5 s here)
     python benchmarks/bench_hotpath.py --quick    # a smoke run (~3 s), used by the test suite
+    python benchmarks/bench_hotpath.py --against ../old/src   # this tree against another one
+
+``--against SRC`` times cases (a) and (b) side by side with another checkout's ``src`` (say the
+previous main): child processes of each tree alternate for ``--rounds`` rounds on the same
+machine, and the table gives each tree's median of the rounds' medians and their ratio.
 """
 
 from __future__ import annotations
@@ -130,15 +135,72 @@ def bench_workers(n: int, warmup: int, overhead: float, workers: int) -> dict[st
     return row
 
 
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+
+def _session_rows(n: int, warmup: int, overhead: float) -> list[dict[str, Any]]:
+    return [
+        bench_session("(a) device='cpu' + host", 3.0, n, warmup, overhead,
+                      device="cpu", workers=False),
+        bench_session("(b) FakeDevice + host", 5.0, n, warmup, overhead,
+                      device=FakeDevice(total_bytes=16 << 30), workers=False),
+    ]
+
+
+def compare(other: Path, rounds: int, n: int, out: Path) -> int:
+    """Cases (a) and (b) of this tree and of ``other`` (a ``src`` folder), alternating."""
+    import subprocess
+
+    trees = {"this": SRC, "other": other.resolve()}
+    medians: dict[str, dict[str, list[float]]] = {k: {} for k in trees}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            for name, src in (trees.items() if r % 2 == 0 else reversed(trees.items())):
+                res = Path(tmp) / f"{name}-{r}.json"
+                env = {**os.environ, "PYTHONPATH": str(src)}
+                subprocess.run([sys.executable, __file__, "--child", str(res), "-n", str(n)],
+                               env=env, check=True)
+                for row in json.loads(res.read_text()):
+                    medians[name].setdefault(row["case"], []).append(row["median_us"])
+    print(f"step() median, us: this tree ({SRC}) against {other}, {rounds} alternating rounds "
+          f"of {n} calls (median of the rounds' medians)")
+    print(f"{'case':32} {'this':>8} {'other':>8} {'ratio':>7}  target  verdict")
+    rows = []
+    for case, this in medians["this"].items():
+        mine, theirs = float(np.median(this)), float(np.median(medians["other"][case]))
+        target = 3.0 if case.startswith("(a)") else 5.0
+        rows.append({"case": case, "this_us": this, "other_us": medians["other"][case],
+                     "this_median_us": mine, "other_median_us": theirs,
+                     "ratio": mine / theirs, "target_median_us": target})
+        print(f"{case:32} {mine:8.2f} {theirs:8.2f} {mine / theirs:7.2f}  <= {target:g}  "
+              f"{'PASS' if mine <= target else 'MISS'}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"benchmark": "hotpath_compare", "other": str(other),
+                               "rounds": rounds, "n": n, "rows": rows}, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a short smoke run")
     ap.add_argument("-n", type=int, default=None, help="timed calls per case")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--json", type=Path, default=RESULTS / "hotpath.json")
+    ap.add_argument("--against", type=Path, default=None,
+                    help="another checkout's src folder: time (a) and (b) side by side with it")
+    ap.add_argument("--rounds", type=int, default=6, help="alternating rounds for --against")
+    ap.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     n = args.n or (3_000 if args.quick else 100_000)
     warmup = max(n // 10, 500)
+    if args.child is not None:  # one round of --against, in whichever tree PYTHONPATH names
+        rows = _session_rows(n, warmup, _timer_overhead_ns(20_000))
+        args.child.write_text(json.dumps(rows))
+        return 0
+    if args.against is not None:
+        return compare(args.against, args.rounds, args.n or 30_000,
+                       RESULTS / "hotpath_compare.json")
 
     overhead = _timer_overhead_ns(20_000)
     rows = [

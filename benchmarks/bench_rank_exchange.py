@@ -29,9 +29,9 @@ with memwatch.watch(device="cpu", workers=False, out_dir=sys.argv[1] + f"/r{dist
         for _ in range(20):
             mw.step()
         mw.end_epoch()
-        out.append((mw._exchange.last_bytes, mw._exchange.last_ms))
+        out.append((mw._checker.exchange.last_bytes, mw._checker.exchange.last_ms))
 if dist.get_rank() == 0:
-    json.dump({"epochs": out, "setup_ms": mw._exchange.setup_ms},
+    json.dump({"epochs": out, "setup_ms": mw._checker.exchange.setup_ms},
               open(sys.argv[1] + "/rank0.json", "w"))
 dist.destroy_process_group()
 '''

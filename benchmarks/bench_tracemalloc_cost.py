@@ -14,7 +14,7 @@ epoch-end snapshot and allocation-site diff cost:
    deep) with tracing off and at 1, 8 and 16 frames: the figure that carries over to other loops
    (cost ≈ Python allocations per step × this).
 3. **Snapshot + grouping.** With N live traced blocks: ``take_snapshot()``, memwatch's grouping
-   by traceback and by line (``memwatch.analysis.allocations.group_traces``), next to
+   by traceback and by line (``memwatch.analysis.culprits.allocations.group_traces``), next to
    ``Snapshot.statistics("traceback")`` for comparison.
 
     python benchmarks/bench_tracemalloc_cost.py            # full run (about 1-2 min on 2 cores)
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import memwatch
-from memwatch.analysis.allocations import AllocationTracer, group_traces
+from memwatch.analysis.culprits.allocations import AllocationTracer, group_traces
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "tracemalloc_cost.json"
@@ -80,7 +80,7 @@ def _loop(option: bool | int, epochs: int, steps: int, seed: int) -> dict[str, A
             t0 = clock()
             mw.end_epoch()
             end_ms.append((clock() - t0) * 1000.0)
-            tracer = mw._tracer
+            tracer = mw._checker.tracer
             if tracer is not None and tracer.last is not None:
                 snap_ms.append(tracer.last.elapsed_ms)
                 gc_ms.append(tracer.last.gc_ms)

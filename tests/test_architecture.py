@@ -55,7 +55,7 @@ def modules(root: Path = PKG) -> dict[str, Path]:
 
 
 def part_of(mod: str) -> str:
-    """``memwatch.analysis.leak`` -> ``analysis``; ``memwatch`` -> ``__init__``."""
+    """``memwatch.analysis.rules.leak`` -> ``analysis``; ``memwatch`` -> ``__init__``."""
     parts = mod.split(".")
     return parts[1] if len(parts) > 1 else "__init__"
 
@@ -223,6 +223,72 @@ def code_lines(path: Path) -> int:
                and not (i in comments and line.strip().startswith("#")))
 
 
+#: The analyzer's rules and shared statistics read recorded values only: what they may import.
+#: Anything that walks the heap, reads /proc or runs tracemalloc lives in analysis/culprits/
+#: behind the Evidence port (docs/architecture.md).
+PURE_PACKAGES = ("memwatch.analysis.rules", "memwatch.analysis.stats")
+PURE_MAY_IMPORT = ("memwatch.core", "memwatch.timeline", "memwatch.analysis.stats",
+                   "memwatch.analysis.rules", "memwatch.analysis.context",
+                   "memwatch.analysis.culprits.evidence", "memwatch.analysis.culprits.wording",
+                   "memwatch.analysis.culprits.traced")
+#: Standard-library modules that read the live process: never in a rule.
+LIVE_STDLIB = frozenset({"gc", "tracemalloc", "ctypes", "resource", "psutil", "os", "sys",
+                         "inspect", "linecache", "mmap", "signal", "subprocess", "threading"})
+
+
+def live_imports(root: Path = PKG) -> list[str]:
+    """Imports of the pure analysis packages that could read the live process."""
+    bad = []
+    for m, path in modules(root).items():
+        if not m.startswith(PURE_PACKAGES):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            for n in names:
+                top = n.split(".")[0]
+                if top in LIVE_STDLIB or (n.startswith("memwatch") and not any(
+                        n == ok or n.startswith(ok + ".") for ok in PURE_MAY_IMPORT)):
+                    bad.append(f"{m}:{node.lineno} imports {n}")
+    return bad
+
+
+#: The session's parts, each the only writer of its attributes (docs/architecture.md), and the
+#: names this code base binds them to (``mw.step_count``, ``self._checker.findings``).
+SESSION_OWNERS = {
+    "memwatch.session.session": ("mw", "memwatch", "session", "given"),
+    "memwatch.session.sampling": ("_sampling", "sampling"),
+    "memwatch.session.checker": ("_checker", "checker"),
+    "memwatch.session.runtime": ("_runtime", "runtime"),
+    "memwatch.session.scheduler": ("_scheduler", "scheduler"),
+    "memwatch.session.checkpoint": ("_checkpoints", "checkpoints"),
+}
+
+
+def foreign_writes(root: Path = PKG) -> list[str]:
+    """Assignments to an attribute of a session part (``mw.total_steps = ...``,
+    ``self._checker.findings = ...``) from a module that is not the part's own: every
+    attribute has one writer."""
+    owner_of = {name: m for m, names in SESSION_OWNERS.items() for name in names}
+    bad = []
+    for m, path in modules(root).items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)):
+                continue
+            v = node.value
+            receiver = v.id if isinstance(v, ast.Name) else v.attr \
+                if isinstance(v, ast.Attribute) else None
+            owner = owner_of.get(receiver or "")
+            if owner is not None and owner != m:
+                bad.append(f"{m}:{node.lineno} assigns {receiver}.{node.attr} (owned by "
+                           f"{owner})")
+    return bad
+
+
 # --------------------------------------------------------------------------- the rules
 def test_every_part_of_the_package_has_a_layer() -> None:
     parts = {part_of(m) for m in modules()}
@@ -244,6 +310,14 @@ def test_no_module_reads_another_modules_private_names() -> None:
 def test_adapters_are_thin() -> None:
     sizes = {a: code_lines(PKG / "integrations" / f"{a}.py") for a in ADAPTERS}
     assert all(n <= MAX_ADAPTER_CODE_LINES for n in sizes.values()), sizes
+
+
+def test_rules_read_recorded_values_only() -> None:
+    assert live_imports() == []
+
+
+def test_every_session_attribute_has_one_writer() -> None:
+    assert foreign_writes() == []
 
 
 def test_no_module_over_the_size_limit() -> None:
@@ -317,3 +391,29 @@ def test_code_lines_count(tmp_path: Path, source: str, expected: int) -> None:
     p = tmp_path / "m.py"
     p.write_text(source)
     assert code_lines(p) == expected
+
+
+def test_a_planted_live_import_in_a_rule_is_caught(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "__init__.py": "",
+        "analysis/__init__.py": "",
+        "analysis/rules/__init__.py": "",
+        "analysis/rules/leak.py": "import gc\nfrom memwatch.analysis.culprits import census\n"
+                                  "from memwatch.analysis.stats.held import verdict\n",
+    })
+    assert live_imports(root) == ["memwatch.analysis.rules.leak:1 imports gc",
+                                  "memwatch.analysis.rules.leak:2 imports "
+                                  "memwatch.analysis.culprits"]
+
+
+def test_a_planted_foreign_write_is_caught(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "__init__.py": "",
+        "session/__init__.py": "",
+        "session/session.py": "class MemWatch:\n    def __init__(self):\n"
+                              "        self._total_steps = None\n",
+        "integrations/__init__.py": "",
+        "integrations/_driver.py": "def f(mw):\n    mw._total_steps = 5\n",
+    })
+    assert foreign_writes(root) == ["memwatch.integrations._driver:2 assigns mw._total_steps "
+                                    "(owned by memwatch.session.session)"]

@@ -82,7 +82,7 @@ def main() -> None:
             report["epochs"].append([f.to_dict() for f in fs])
         report["rank_summaries"] = mw.rank_summaries
         report["rank_last_seen"] = mw.rank_last_seen
-        ex = mw._exchange
+        ex = mw._checker.exchange
         report["exchange"] = None if ex is None else {
             "bytes": ex.last_bytes, "ms": ex.last_ms, "exchanges": ex.exchanges,
             "missing": ex.missing}

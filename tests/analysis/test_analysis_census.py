@@ -7,9 +7,9 @@ from typing import Any
 
 import torch
 
-from memwatch.analysis import census as C
-from memwatch.analysis import graphs as G
-from memwatch.analysis import holders as H
+from memwatch.analysis.culprits import census as C
+from memwatch.analysis.culprits import graphs as G
+from memwatch.analysis.culprits import holders as H
 
 GLOBAL_HISTORY: list[torch.Tensor] = []
 

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 import memwatch
-from memwatch.analysis import allocations, sites
+from memwatch.analysis.culprits import allocations, sites
 from memwatch.core.errors import ConfigError
 
 HERE = Path(__file__).resolve()
@@ -71,7 +71,8 @@ def _train(mode: str, out_path: str) -> None:
                 s += 1
                 mw.step()
             epochs.append([f.to_dict() for f in mw.end_epoch()])
-        last = mw._tracer.last.summary() if mw._tracer is not None and mw._tracer.last else None
+        tracer = mw._checker.tracer
+        last = tracer.last.summary() if tracer is not None and tracer.last else None
     result = {"epochs": epochs, "tracing_after_close": tracemalloc.is_tracing(),
               "disabled": mw.disabled, "last_diff": last,
               "seconds": time.perf_counter() - t0}
@@ -202,7 +203,7 @@ def test_users_tracing_is_used_and_kept_running(tmp_path: Path) -> None:
             mw.end_epoch()
             _steps(mw, 20, keep)
             mw.end_epoch()
-            tracer = mw._tracer
+            tracer = mw._checker.tracer
             assert tracer.was_tracing and tracer.limit == limit
             diff = tracer.last
             assert diff is not None and diff.frames == limit
@@ -228,7 +229,7 @@ def test_memwatch_tracing_stops_with_the_last_session(tmp_path: Path) -> None:
     assert tracemalloc.get_traceback_limit() == allocations.DEFAULT_FRAMES
     b = memwatch.MemWatch(device="cpu", workers=False, out_dir=str(tmp_path / "b"),
                           tracemalloc=2).start()
-    assert b._tracer.limit == allocations.DEFAULT_FRAMES  # what runs, not what b asked for
+    assert b._checker.tracer.limit == allocations.DEFAULT_FRAMES  # what runs, not what b asked for
     a.close()
     assert tracemalloc.is_tracing(), "the first close stopped tracing the second still uses"
     _steps(b, 10)
@@ -244,7 +245,7 @@ def test_analyze_false_does_not_trace(tmp_path: Path) -> None:
         pytest.skip("the interpreter traces already (python -X tracemalloc)")
     with memwatch.watch(device="cpu", workers=False, out_dir=str(tmp_path), analyze=False,
                         tracemalloc=True) as mw:
-        assert not tracemalloc.is_tracing() and mw._tracer is None
+        assert not tracemalloc.is_tracing() and mw._checker.tracer is None
 
 
 def test_tracing_stopped_under_memwatch_disables_the_feature_only(
@@ -260,7 +261,7 @@ def test_tracing_stopped_under_memwatch_disables_the_feature_only(
         tracemalloc.stop()  # someone else stops it mid-run
         _steps(mw, 10)
         mw.end_epoch()  # does not raise
-        assert "tracemalloc" in mw.disabled and mw._tracer is None
+        assert "tracemalloc" in mw.disabled and mw._checker.tracer is None
         assert "analyzer" not in mw.disabled
         _steps(mw, 10)
         assert mw.step_count == 30
@@ -344,7 +345,7 @@ def test_grouping_matches_tracemalloc_statistics() -> None:
     ("x = make_thing()", "Objects allocated at train.py:7 stay alive"),
 ])
 def test_suggestions_follow_the_line(code: str, expected: str) -> None:
-    from memwatch.analysis.explain import site_suggestions
+    from memwatch.analysis.culprits.wording import site_suggestions
 
     site = sites.SiteGrowth(file="/x/train.py", line=7, user=True, bytes_delta=1,
                                   count_delta=1, size=1, count=1, traceback=(), code=code,

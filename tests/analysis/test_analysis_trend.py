@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from memwatch.analysis.trend import (
+from memwatch.analysis.stats.trend import (
     bucket,
     diff_noise,
     saturation_ratio,

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from loop_runs import LoopRuns
-from memwatch.analysis import census as C
-from memwatch.analysis import holders as H
-from memwatch.analysis import weigh as W
+from memwatch.analysis.culprits import census as C
+from memwatch.analysis.culprits import holders as H
+from memwatch.analysis.culprits import weigh as W
 
 run_loop = LoopRuns(Path(__file__).with_name("culprit_loops.py"))
 
@@ -147,7 +147,7 @@ def test_memwatch_own_containers_left_out() -> None:
 
 
 def test_memwatch_module_caches_left_out() -> None:
-    from memwatch.analysis import weigh as w
+    from memwatch.analysis.culprits import weigh as w
 
     for i in range(40):  # memwatch's per-type cache grows as new types are met
         w.is_user_type(type(f"T{i}", (), {}))

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from memwatch.analysis.ranks import cross_rank_findings
+from memwatch.analysis.rules.ranks import cross_rank_findings
 from memwatch.core.findings import KINDS
 from memwatch.core.metrics import rank_log_metrics, rank_metrics
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from loop_runs import LoopRuns
-from memwatch.analysis import worker_count
-from memwatch.analysis.shapes import EpochStats
-from memwatch.analysis.trend import Trend
+from memwatch.analysis.rules import worker_count
+from memwatch.analysis.stats.shapes import EpochStats
+from memwatch.analysis.stats.trend import Trend
 
 run_loop = LoopRuns(Path(__file__).with_name("worker_loops.py"))
 
@@ -82,7 +82,7 @@ def _unit(i: int, metric: str, floor: float, end: float) -> EpochStats:
 
 
 def test_units_before_every_worker_started_are_no_evidence() -> None:
-    from memwatch.analysis.workers import _steady
+    from memwatch.analysis.rules.workers import _steady
 
     uss = [_unit(i, "workers.uss", 10.0 + i, 10.5 + i) for i in range(4)]
     counts = [_unit(i, "workers.count", c, c) for i, c in enumerate([0, 2, 2, 2])]
@@ -98,7 +98,7 @@ def test_units_before_every_worker_started_are_no_evidence() -> None:
 ])
 def test_private_growth_needs_rss_to_rise_with_uss(uss_up: float, rss_up: float,
                                                    private: bool) -> None:
-    from memwatch.analysis.workers import _private_growth
+    from memwatch.analysis.rules.workers import _private_growth
 
     uss = [_unit(0, "workers.uss", 100.0, 100.0), _unit(1, "workers.uss", 100.0, 100.0 + uss_up)]
     rss = [_unit(0, "workers.rss", 500.0, 500.0), _unit(1, "workers.rss", 500.0, 500.0 + rss_up)]

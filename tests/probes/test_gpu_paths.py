@@ -10,9 +10,10 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from memwatch.analysis import Analyzer, AnalyzerConfig, CheckContext, device_sites
-from memwatch.analysis import attribution as A
-from memwatch.analysis import census as C
+from memwatch.analysis import Analyzer, AnalyzerConfig, CheckContext
+from memwatch.analysis.culprits import attribution as A
+from memwatch.analysis.culprits import census as C
+from memwatch.analysis.culprits import device_sites
 from memwatch.core.findings import Finding
 from memwatch.probes.base import outside_allocator, private_pools
 from memwatch.testing import FakeDevice
@@ -133,16 +134,16 @@ def test_device_leak_joined_to_its_allocation_site() -> None:
 
 
 def test_culprit_says_who_holds_and_where_allocated() -> None:
-    from memwatch.analysis import explain
-    from memwatch.analysis.holders import Holder
+    from memwatch.analysis.culprits.evidence import Attribution, Holder
+    from memwatch.analysis.culprits.wording import culprit_of
 
     g = C.GroupGrowth(C.Group("cuda:0", "torch.float32", (33, 7), False, ""), 12, 12 * 1024,
                       [])
     held = Holder("train.kept", "global", "list", 40, elements="tensors")
-    a = A.Attribution(group=g, holder=held,
+    a = Attribution(group=g, holder=held,
                       alloc_sites=[device_sites.AllocSite("train.py:42 in forward", 12, 12288,
                                                          ["train.py:42 in forward"])])
-    culprit, _, detail = explain._culprit("device.allocated", a)
+    culprit, _, detail = culprit_of("device.allocated", a)
     assert culprit is not None
     assert culprit.startswith("train.kept (list, 40 tensors, +12 since the last check)")
     assert culprit.endswith("allocated at train.py:42 in forward")

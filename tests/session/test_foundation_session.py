@@ -114,12 +114,12 @@ def test_sampler_thread_runs_during_watch_and_is_joined_by_close(tmp_path: Path)
     with memwatch.watch(device="cpu", workers=False, interval_s=0.02, out_dir=tmp_path) as mw:
         mine = [t for t in _sampler_threads() if t not in before]
         assert len(mine) == 1 and mine[0].is_alive() and mine[0].daemon
-        assert mw._slow is not None
-        passes = mw._slow.passes
+        assert mw._sampling.slow is not None
+        passes = mw._sampling.slow.passes
         deadline = time.monotonic() + 5
-        while mw._slow.passes < passes + 3 and time.monotonic() < deadline:
+        while mw._sampling.slow.passes < passes + 3 and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert mw._slow.passes >= passes + 3, "the background sampler does not poll"
+        assert mw._sampling.slow.passes >= passes + 3, "the background sampler does not poll"
     assert not mine[0].is_alive(), "close() must stop and join the sampler thread"
 
 

@@ -43,7 +43,8 @@ def test_cadence_is_multiples_of_n_after_a_resume(tmp_path: Path) -> None:
     mw = memwatch.MemWatch(device="cpu", workers=False, out_dir=str(tmp_path), sinks=[sink],
                            log_every_n_steps=10, recorder=False, watchdog=False)
     mw.start()
-    mw.step_count = 95  # a resumed run continues its step numbers
+    # A resumed run continues its step numbers.
+    mw.load_state_dict({"version": 1, "step_count": 95, "epoch": 0, "epochs": [], "findings": []})
     for _ in range(20):
         mw.step()
     mw.close()
@@ -56,9 +57,9 @@ def test_no_sink_no_tick(tmp_path: Path) -> None:
                            watchdog=False, check_every_n_steps=None, check_every_s=None)
     mw.start()
     try:
-        assert mw._next_due == sys.maxsize
+        assert mw._scheduler.next_due == sys.maxsize
         mw.add_sink(MemorySink())
-        assert mw._next_due == 50
+        assert mw._scheduler.next_due == 50
     finally:
         mw.close()
 

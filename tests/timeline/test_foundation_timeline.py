@@ -210,3 +210,30 @@ def test_restore_epochs_prepends_history_and_continues_numbering() -> None:
     ep = new.end_epoch()
     assert ep is not None and ep.epoch == 3
     assert [e.epoch for e in new.epochs] == [0, 1, 2, 3]
+
+
+def test_record_equals_append_whatever_the_slow_values_do() -> None:
+    # record() writes the slow columns in bulk (when the background reader publishes new values,
+    # and before any read); every read must see what append() of whole rows would have stored.
+    keys = ["device.allocated", "host.rss", "host.uss", "workers.uss"]
+    a = Timeline(keys, capacity=64, buckets_per_epoch=8)
+    b = Timeline(keys, capacity=64, buckets_per_epoch=8, n_fast=2)
+    slow = [1.0, 2.0]
+    for step in range(1, 301):
+        if step % 7 == 0:
+            slow = [float(step), float(-step)]  # a new list per poll, as the reader publishes
+        fast = (float(step), float(step * 2))
+        a.append(step, float(step), [*fast, *slow])
+        b.record(step, float(step), fast, slow)
+        if step % 50 == 0:
+            assert a.latest() == b.latest()
+            ra, rb = a.recent(40), b.recent(40)
+            assert all(np.array_equal(x, y) for x, y in zip(ra, rb, strict=True))
+        if step % 120 == 0:
+            ea, eb = a.end_epoch(), b.end_epoch()
+            assert ea is not None and eb is not None
+            assert np.array_equal(ea.bucket_floor, eb.bucket_floor)
+            assert np.array_equal(ea.last, eb.last) and np.array_equal(ea.first, eb.first)
+    sa, sb = a.end_segment(), b.end_segment()
+    assert sa is not None and sb is not None and np.array_equal(sa.bucket_peak, sb.bucket_peak)
+    assert np.array_equal(a.series("host.uss")[1], b.series("host.uss")[1])

@@ -1,29 +1,28 @@
 """The analyzer: at every check, per metric, a verdict with evidence. It only orchestrates.
 
-Method (see docs/findings.md); each rule lives in its own module:
+Method (see docs/findings.md):
 
-1. Per metric and epoch, statistics on bucket floors (:mod:`.shapes`): a robust trend
-   (Mann–Kendall with autocorrelation correction, Theil–Sen with a confidence interval), a
-   single-jump test and a saturation test classify the epoch as flat, growing, plateau or step.
-2. Leaks, accumulation, plateaus and step changes of host and device memory (:mod:`.leak`), of
-   DataLoader workers (:mod:`.workers`), fragmentation (:mod:`.fragmentation`), near-OOM
-   (:mod:`.near_oom`), with forecasts (:mod:`.forecast`).
-3. A census of live tensors (and Python objects) at checks, diffed against the previous one,
-   names the culprit and its holder (:mod:`.attribution`); it is scheduled here, where its cost
-   is weighed against the epoch's length.
+1. Per metric and unit (an epoch, or the stretch between two checks), statistics on bucket
+   floors (:mod:`.stats.shapes`): a robust trend (Mann–Kendall with autocorrelation correction,
+   Theil–Sen with a confidence interval), a single-jump test and a saturation test classify the
+   unit as flat, growing, plateau or step. Which units a verdict compares is decided here.
+2. A census of live objects when the series gives a reason (through the :class:`Evidence`
+   port), so that the next verdict can diff two of them and name the culprit and its holder.
+3. The rules of :data:`memwatch.analysis.rules.RULES`, in order, each a function of one
+   :class:`~memwatch.analysis.rules.base.RuleInput`; their findings pass the one
+   de-duplication policy (:func:`~memwatch.analysis.rules.base.dedupe`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import gc
 import logging
 
-from memwatch.analysis import census as census_mod
-from memwatch.analysis import fragmentation, leak, near_oom, outside, workers
-from memwatch.analysis.attribution import CensusRecord
-from memwatch.analysis.context import AnalyzerConfig, CheckContext
-from memwatch.analysis.shapes import EpochStats, epoch_stats, last_value
+from memwatch.analysis.context import AnalyzerConfig, CheckContext, Evidence
+from memwatch.analysis.culprits.evidence import CensusPair
+from memwatch.analysis.rules import RULES, Rule, RuleInput, dedupe
+from memwatch.analysis.stats.held import floor_rose
+from memwatch.analysis.stats.shapes import EpochStats, epoch_stats, last_value
 from memwatch.core.findings import Finding
 from memwatch.timeline import EpochSummary
 
@@ -55,16 +54,21 @@ class Analyzer:
         [('leak', 'device.allocated')]
     """
 
-    def __init__(self, config: AnalyzerConfig | None = None) -> None:
+    def __init__(self, config: AnalyzerConfig | None = None, evidence: Evidence | None = None,
+                 rules: tuple[Rule, ...] = RULES) -> None:
         self.config = config or AnalyzerConfig()
+        if evidence is None:
+            from memwatch.analysis.culprits.live import LiveEvidence
+
+            evidence = LiveEvidence()
+        #: The port through which the analyzer and its rules read the live process.
+        self.evidence: Evidence = evidence
+        #: The rules each check runs, in order.
+        self.rules = rules
         self.history: dict[str, list[EpochStats]] = {}
-        self._reported: set[tuple[str, str]] = set()
-        self._censuses: list[CensusRecord] = []
+        self._said: set[tuple[str, str]] = set()
         #: Per metric, the segments of the first epoch (or of a run without epochs) so far.
         self.segments: dict[str, list[EpochStats]] = {}
-        self._last_objects: int | None = None  # objects counted by the last census
-        #: Milliseconds the last census took (None until one ran).
-        self.last_census_ms: float | None = None
         # Worker memory warms up for longer (lazy page faults of shared libraries, copy-on-write,
         # prefetch buffers) and its level is small: ask for 1% of the level per epoch.
         self._worker_shape = dataclasses.replace(
@@ -112,24 +116,21 @@ class Analyzer:
         # verdict tell user code from native growth.
         suspects = {m for m, st in stats.items() if not m.startswith("workers.") and (
             st.shape in ("growing", "step") or st.rise > st.threshold
-            or _floor_rose(judged.get(m, [])))}
+            or floor_rose(judged.get(m, [])))}
         pair = self._maybe_census(summary, ctx, bool(suspects))
 
-        findings: list[Finding] = []
-        for metric in LEAK_METRICS:
-            if metric not in stats or ctx.defer_leaks:
-                continue
-            if metric.startswith("workers.") and "workers.count" in summary.keys:
-                findings.extend(workers.judge(metric, summary, judged, ctx, cfg, self._once))
-            else:
-                findings.extend(leak.judge(metric, summary, judged, pair, ctx, cfg, self._once))
-        findings.extend(fragmentation.judge(summary, judged, ctx, cfg))
-        if outside.METRIC in judged:
-            out_f = outside.judge(judged, ctx, cfg)
-            if out_f is not None:
-                findings.extend(self._once(outside.METRIC, "leak", out_f))
-        findings.extend(near_oom.judge(summary, ctx, cfg))
-        return findings
+        inp = RuleInput(summary=summary, history=judged, stats=stats, ctx=ctx, cfg=cfg,
+                        evidence=self.evidence, pair=pair)
+        found: list[tuple[Rule, Finding]] = []
+        for rule in self.rules:
+            found.extend((rule, f) for f in rule.judge(inp))
+        return dedupe(found, self._said)
+
+    @property
+    def last_census_ms(self) -> float | None:
+        """Milliseconds the last census took (None until one ran, or when the evidence port
+        does not time its censuses)."""
+        return getattr(self.evidence, "last_census_ms", None)
 
     def _stats(self, summary: EpochSummary, metric: str, first: bool) -> EpochStats | None:
         shape_cfg = self._worker_shape if metric.startswith("workers.") else self.config.shape
@@ -154,7 +155,7 @@ class Analyzer:
 
     # ------------------------------------------------------------------ census scheduling
     def _maybe_census(self, summary: EpochSummary, ctx: CheckContext,
-                      suspected: bool) -> tuple[CensusRecord, CensusRecord] | None:
+                      suspected: bool) -> CensusPair | None:
         """A census now? ``always``; ``auto``: when growth is suspected, or at an epoch end when
         the heap is small enough to be cheap (by its object count at the last census: never by
         the wall time, so that a busy machine takes the same censuses as a quiet one). Inside
@@ -166,38 +167,14 @@ class Analyzer:
         if ctx.census == "auto" and not (suspected and self.config.census_when_suspected):
             if ctx.at != "epoch_end":
                 return None
-            objects = self._last_objects
-            if objects is None:
-                objects = len(gc.get_objects())
-            if objects > self.config.census_max_objects:
+            if self.evidence.object_count() > self.config.census_max_objects:
                 return None
         # The tracemalloc snapshot of this check ran gc.collect() a moment ago; while tracing,
         # its allocation sites replace the per-type object counts (see take_census).
-        try:
-            c = census_mod.take_census(collect=not ctx.collected, count_types=not ctx.tracing)
-        except Exception as e:  # noqa: BLE001
-            log.warning("memwatch: tensor census failed (%s); culprits will not be named", e)
-            return None
-        self._last_objects = c.objects
-        self.last_census_ms = c.elapsed_ms
         rss = last_value(summary, "host.rss")
-        rec = CensusRecord(summary.epoch, c, float("nan") if rss is None else rss,
-                           step=summary.end_step)
-        prev = self._censuses[-1] if self._censuses else None
-        self._censuses = [*self._censuses[-1:], rec]  # keep two: memory stays bounded
-        return None if prev is None else (prev, rec)
-
-    # ------------------------------------------------------------------ helpers
-    def _once(self, metric: str, kind: str, f: Finding) -> list[Finding]:
-        key = (metric, kind)
-        if key in self._reported:
-            return []
-        self._reported.add(key)
-        return [f]
+        return self.evidence.census(collect=not ctx.collected, count_types=not ctx.tracing,
+                                    epoch=summary.epoch, step=summary.end_step,
+                                    rss=float("nan") if rss is None else rss)
 
 
 __all__ = ["LEAK_METRICS", "Analyzer", "AnalyzerConfig", "CheckContext"]
-
-
-def _floor_rose(hist: list[EpochStats]) -> bool:
-    return len(hist) >= 2 and hist[-1].floor - hist[-2].floor > hist[-1].threshold

@@ -1,21 +1,27 @@
-"""What the analyzer is told: its tuning (:class:`AnalyzerConfig`) and, at every check, the
-context a verdict needs besides the summaries (:class:`CheckContext`).
+"""What the analyzer is told: its tuning (:class:`AnalyzerConfig`), at every check the context a
+verdict needs besides the summaries (:class:`CheckContext`), and the one port through which it
+reads the live process (:class:`Evidence`).
 
 The analyzer never reads the session: the session builds a ``CheckContext`` at each check (known
 limits, the run's planned length, where the finding is born, whether a census may run), so the
-verdicts are functions of epoch summaries plus this value.
+verdicts are functions of epoch summaries plus this value. What a verdict needs from the live
+process (a census of objects, who holds them, which DataLoaders keep workers, which files are
+mapped) comes through an :class:`Evidence` port: the live one
+(:class:`memwatch.analysis.culprits.live.LiveEvidence`) walks the heap; a test passes recorded
+values instead, so every rule is testable without a process to look at.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
-from memwatch.analysis.shapes import ShapeConfig
+from memwatch.analysis.culprits.evidence import Attribution, CensusPair, Holder
+from memwatch.analysis.stats.shapes import EpochStats, ShapeConfig
 from memwatch.core.findings import Origin
 
-__all__ = ["CENSUS_MODES", "AnalyzerConfig", "CheckContext"]
+__all__ = ["CENSUS_MODES", "AnalyzerConfig", "CheckContext", "Evidence"]
 
 #: ``"auto"``: a census when growth is suspected or it is cheap; ``"always"``; ``"never"``;
 #: ``"skip"``: not at this check (replaying a checkpoint's epochs).
@@ -118,8 +124,8 @@ class CheckContext:
     trace: Any = None
     tracing: bool = False
     collected: bool = False
-    #: The data files mapped now, most resident first (path, bytes); None: read ``smaps``
-    #: when a mapped-file verdict needs them (tests script them here).
+    #: The data files mapped now, most resident first (path, bytes); None: ask the analyzer's
+    #: :class:`Evidence` when a mapped-file verdict needs them (tests script them here).
     mapped_files: Callable[[], list[tuple[str, float]]] | None = None
     #: The device allocator's snapshot, when its history is recorded (``record_history=True``):
     #: a device leak's tensors are joined to where they were allocated. None: not recorded.
@@ -140,3 +146,42 @@ class CheckContext:
     def device_prefix(self) -> str:
         """The census device prefix of the device metrics: ``"mps"`` or ``"cuda"``."""
         return "mps" if self.device_kind == "mps" else "cuda"
+
+
+class Evidence(Protocol):
+    """What the analyzer may learn about the live process, and nothing else (a port).
+
+    The analyzer calls :meth:`object_count` and :meth:`census` when it decides a census is worth
+    its cost; the rules call the others. Every method may be slow (it walks the heap or reads
+    ``/proc``) and runs at checks only, never per step.
+    """
+
+    def object_count(self) -> int:
+        """Objects the garbage collector tracks now (what a census would walk)."""
+        ...
+
+    def census(self, *, collect: bool, count_types: bool, epoch: int, step: int,
+               rss: float) -> CensusPair | None:
+        """Take a census now and keep it; the censuses of this check and the previous one
+        (None until two were taken, or when this one failed)."""
+        ...
+
+    def attribute(self, metric: str, cur: EpochStats, pair: CensusPair | None,
+                  ctx: CheckContext, cfg: AnalyzerConfig, growth: float,
+                  trace: Any = None) -> Attribution:
+        """What explains ``growth`` bytes of ``metric`` between the two censuses of ``pair``
+        (and the allocation sites of ``trace``), and who holds it."""
+        ...
+
+    def loaders_with_workers(self) -> tuple[int, Holder | None]:
+        """Live DataLoaders whose worker processes run, and the holder of the oldest."""
+        ...
+
+    def mapped_files(self) -> list[tuple[str, float]] | None:
+        """The data files mapped now, most resident first: (path, resident bytes); None where
+        the system cannot list them (no ``/proc/<pid>/smaps``)."""
+        ...
+
+    def alloc_conf(self) -> str:
+        """The device allocator's configuration (``PYTORCH_CUDA_ALLOC_CONF``)."""
+        ...

@@ -11,6 +11,7 @@ from typing import Any
 from memwatch.core.findings import Finding
 from memwatch.integrations._driver import Driver
 from memwatch.integrations._framework import observe, unobserve
+from memwatch.session import MemWatch
 
 __all__ = ["Adapter", "LoaderPasses"]
 
@@ -30,15 +31,38 @@ class Adapter:
     """
 
     _d: Driver
-    #: Read from the driver as they are.
-    _FROM_DRIVER = frozenset({"memwatch", "eval_memwatch", "findings", "bundle_path",
-                              "stopped_by_memwatch", "stop_reason", "recovered_ooms",
-                              "recovered_oom_count"})
 
-    def __getattr__(self, name: str) -> Any:
-        if name in Adapter._FROM_DRIVER and "_d" in self.__dict__:
-            return getattr(self.__dict__["_d"], name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    @property
+    def memwatch(self) -> MemWatch | None:
+        return self._d.memwatch
+
+    @property
+    def eval_memwatch(self) -> dict[str, MemWatch]:
+        return self._d.eval_memwatch
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self._d.findings
+
+    @property
+    def bundle_path(self) -> Path | None:
+        return self._d.bundle_path
+
+    @property
+    def stopped_by_memwatch(self) -> bool:
+        return self._d.stopped_by_memwatch
+
+    @property
+    def stop_reason(self) -> str | None:
+        return self._d.stop_reason
+
+    @property
+    def recovered_ooms(self) -> list[dict[str, Any]]:
+        return self._d.recovered_ooms
+
+    @property
+    def recovered_oom_count(self) -> int:
+        return self._d.recovered_oom_count
 
     @property
     def should_stop(self) -> bool:

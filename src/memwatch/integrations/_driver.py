@@ -21,15 +21,16 @@ import dataclasses
 import json
 import logging
 import os
+import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from memwatch.core.errors import ConfigError, MemWatchWarning
 from memwatch.core.findings import Finding
 from memwatch.core.metrics import PREFIX
-from memwatch.integrations._framework import check_log_every, device_spec
+from memwatch.integrations._framework import check_log_every, device_spec, own_arguments
 from memwatch.integrations._state import (
     ADAPTER_STATE_VERSION,
     STATE_FILE,
@@ -40,6 +41,7 @@ from memwatch.runtime.dispatch import FindingsTap, SinkSet
 from memwatch.runtime.resume import plain
 from memwatch.runtime.warn import WARN_SEVERITIES, FindingWarner
 from memwatch.session import MemWatch, WatchConfig
+from memwatch.session.options import check_names
 
 __all__ = ["ADAPTER_STATE_VERSION", "GRACEFUL_STOP_WATCHDOG", "STATE_FILE", "Driver",
            "read_adapter_state"]
@@ -70,7 +72,7 @@ class Driver:
         stage_labels: how warnings name a loop (``{"val": "val loop"}``).
     """
 
-    def __init__(self, who: str, given: MemWatch | None, options: dict[str, Any], *,
+    def __init__(self, who: str, given: MemWatch | None, options: Mapping[str, Any], *,
                  warn: bool = True, watch_eval: bool = True, graceful_stop: bool = False,
                  recovered_oom: str = "event", log_every: tuple[Any, str] | None = None,
                  stage_labels: dict[str, str] | None = None) -> None:
@@ -88,14 +90,13 @@ class Driver:
         if given is not None and not isinstance(given, MemWatch):
             raise ConfigError(f"memwatch={given!r} is not a memwatch.MemWatch; pass one or "
                               "leave it None.")
+        # A typo fails here, not in the middle of training: an unknown name (the closest of
+        # the MemWatch options and the adapter's own arguments named), then every value.
+        check_names(options, who, extra=_adapter_arguments(sys._getframe(1)))
         options = dict(options)
         if graceful_stop and given is None and "watchdog" not in options:
             options["watchdog"] = dict(GRACEFUL_STOP_WATCHDOG)
-        try:  # a typo fails here, not in the middle of training
-            WatchConfig(**{"device": "cpu", **options})
-        except TypeError as e:
-            raise ConfigError(f"{who}: {e}; see memwatch.MemWatch for the options it "
-                              "accepts.") from e
+        WatchConfig(**{"device": "cpu", **options})
         self.who, self.given, self.options = who, given, options
         self.warn, self.watch_eval = bool(warn), bool(watch_eval)
         self.graceful_stop, self.recovered_oom_mode = bool(graceful_stop), recovered_oom
@@ -196,10 +197,7 @@ class Driver:
         mw = self.memwatch
         if mw is None:
             return
-        if mw.total_steps is None:
-            mw.total_steps = _positive_int(total)
-        if mw.steps_per_epoch is None:
-            mw.steps_per_epoch = _positive_int(steps_per_epoch)
+        mw.plan_run(_positive_int(total), _positive_int(steps_per_epoch))
 
     def step(self) -> None:
         mw = self.memwatch
@@ -480,3 +478,11 @@ def _positive_int(v: Any) -> int | None:
     except (TypeError, ValueError):
         return None
     return int(f) if 0 < f < 1e15 else None
+
+
+def _adapter_arguments(frame: Any) -> tuple[str, ...]:
+    """The arguments of the adapter whose ``__init__`` (``frame``) makes this driver: an
+    unknown option's closest name may be one of them (``wach_eval`` → ``watch_eval``)."""
+    adapter = frame.f_locals.get("self")
+    return own_arguments(type(adapter)) if adapter is not None else ()
+

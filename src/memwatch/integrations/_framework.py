@@ -17,9 +17,18 @@ from typing import Any, TypeVar
 
 from memwatch.core.errors import ConfigError
 
-__all__ = ["as_int", "check_choice", "guarded",
-           "check_log_every", "device_spec", "failures_recorded", "from_caller_frames", "observe",
-           "unobserve"]
+__all__ = ["as_int", "check_choice", "check_log_every", "device_spec", "failures_recorded",
+           "from_caller_frames", "guarded", "observe", "own_arguments", "unobserve"]
+
+
+def own_arguments(cls: type) -> tuple[str, ...]:
+    """The keyword arguments an adapter's ``__init__`` declares itself (not its ``**options``):
+    a misspelled one is named as the closest valid name."""
+    import inspect
+
+    params = inspect.signature(cls).parameters.values()
+    return tuple(p.name for p in params if p.kind in (
+        inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD))
 
 
 def device_spec(device: Any) -> str:

@@ -36,7 +36,7 @@ from memwatch.integrations import _adapter as ad
 from memwatch.integrations import _driver as drv
 from memwatch.integrations import _framework as fw
 from memwatch.integrations._loggers import AccelerateLog
-from memwatch.session import MemWatch
+from memwatch.session import AdapterOptions, MemWatch, Unpack
 
 __all__ = ["STATE_FILE", "AccelerateHook", "MemWatchWarning", "attach"]
 
@@ -180,7 +180,7 @@ class AccelerateHook(ad.Adapter):
         epochs: str = "auto",
         checkpoint: str | None = "file",
         graceful_stop: bool = False,
-        **memwatch_options: Any,
+        **memwatch_options: Unpack[AdapterOptions],
     ) -> None:
         _check_accelerator(accelerator)
         fw.check_choice("epochs", epochs, epochs in ("auto", "manual"), "use 'auto' (prepared "

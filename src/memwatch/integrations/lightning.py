@@ -36,7 +36,7 @@ from memwatch.integrations._adapter import Adapter
 from memwatch.integrations._driver import Driver
 from memwatch.integrations._framework import check_log_every, guarded
 from memwatch.integrations._loggers import LightningLogger
-from memwatch.session import MemWatch
+from memwatch.session import AdapterOptions, MemWatch, Unpack
 
 __all__ = ["MemWatchCallback", "MemWatchWarning"]
 
@@ -101,7 +101,7 @@ class MemWatchCallback(Adapter, Callback):
         graceful_stop: bool = False,
         stop_checkpoint: str | os.PathLike[str] | None = None,
         wandb_sink: bool = True,
-        **memwatch_options: Any,
+        **memwatch_options: Unpack[AdapterOptions],
     ) -> None:
         if log_every_n_steps is not None:
             check_log_every(log_every_n_steps,

@@ -61,7 +61,7 @@ from memwatch.integrations import _adapter as ad
 from memwatch.integrations import _driver as drv
 from memwatch.integrations import _framework as fw
 from memwatch.integrations._loggers import TrainerLog
-from memwatch.session import MemWatch
+from memwatch.session import AdapterOptions, MemWatch, Unpack
 
 __all__ = ["STATE_FILE", "MemWatchCallback", "MemWatchWarning", "watch_trainer"]
 
@@ -133,7 +133,7 @@ class MemWatchCallback(ad.Adapter, TrainerCallback):
         recovered_oom: str = "event",
         warn: bool = True,
         graceful_stop: bool = False,
-        **memwatch_options: Any,
+        **memwatch_options: Unpack[AdapterOptions],
     ) -> None:
         self._d = drv.Driver(
             "MemWatchCallback", memwatch, memwatch_options, warn=warn, watch_eval=watch_eval,

@@ -58,7 +58,7 @@ def fit_trend(d: ReportData, metric: str) -> TrendLine | None:
     """Theil-Sen on bucket floors of ``metric`` (warm-up epoch dropped), or None."""
     import numpy as np
 
-    from memwatch.analysis.trend import trend_test
+    from memwatch.analysis.stats.trend import trend_test
 
     col = d.values.get(metric)
     if not col or len(d.steps) < 8:

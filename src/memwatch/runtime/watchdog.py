@@ -126,6 +126,9 @@ class WatchdogConfig:
             if isinstance(acts, str):
                 acts = (acts,)
                 object.__setattr__(self, name, acts)
+            if not isinstance(acts, (tuple, list)):
+                raise ConfigError(f"watchdog {name}={acts!r}: use an action or a tuple of "
+                                  f"actions from {sorted(ACTIONS)}, or () for none.")
             bad = [a for a in acts if a not in ACTIONS]
             if bad:
                 raise ConfigError(f"watchdog {name}={acts!r}: unknown action(s) {bad}; use "

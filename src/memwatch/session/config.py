@@ -25,7 +25,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from memwatch.analysis.allocations import DEFAULT_FRAMES, MAX_FRAMES
+from memwatch.analysis.context import AnalyzerConfig
+from memwatch.analysis.culprits.allocations import DEFAULT_FRAMES, MAX_FRAMES
 from memwatch.core.errors import ConfigError
 from memwatch.core.findings import STAGES
 from memwatch.runtime.dispatch import SinkSet, validate_sinks
@@ -59,6 +60,75 @@ def _positive(name: str, value: Any, fix: str) -> float:
     ):
         raise ConfigError(f"{name}={value!r} must be a positive number; {fix}.")
     return float(value)
+
+
+def _positive_int(name: str, value: Any, fix: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{name}={value!r} must be a positive number (an int); {fix}.")
+    return value
+
+
+def _bool(name: str, value: Any) -> bool:
+    # ``recorder='off'`` is truthy: a string or a number must never turn a feature on.
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name}={value!r} must be True or False.")
+    return value
+
+
+def _choice(name: str, value: Any, choices: tuple[str, ...], why: str = "") -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise ConfigError(f"{name}={value!r}: use one of {', '.join(map(repr, choices))}"
+                          + (f" ({why})" if why else "") + ".")
+    return value
+
+
+#: Bytes of the ring per row and metric column (float64), and the most metric columns a session
+#: has (device, host, RSS parts, workers, cgroup): what ``capacity`` costs.
+_ROW_BYTES = 8 * 64
+
+
+def _capacity(value: Any) -> int:
+    """Rows kept in the ring: at least 16, and a ring that takes at most a quarter of the
+    machine's memory (``capacity=10**10`` would fail at start with MemoryError)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 16:
+        raise ConfigError(f"capacity={value!r} must be an int >= 16 (rows kept in the ring), "
+                          "e.g. 32768.")
+    try:
+        import psutil
+
+        total = int(psutil.virtual_memory().total)
+    except Exception:  # noqa: BLE001 - unknown machine: a fixed bound
+        total = 1 << 36
+    most = max(16, total // 4 // _ROW_BYTES)
+    if value > most:
+        raise ConfigError(f"capacity={value} rows would take up to {value * _ROW_BYTES >> 20} "
+                          f"MiB; this machine allows at most {most} (a quarter of its memory), "
+                          "and the default 32768 keeps every step of long epochs in summaries "
+                          "anyway.")
+    return value
+
+
+_SPECIAL_DIRS = ("/proc", "/sys", "/dev")
+
+
+def _out_dir(value: Any) -> str:
+    """A path, not an existing file, not under /proc, /sys or /dev (the evidence would be lost
+    at the crash). Ownership and permissions are checked when the session starts."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise ConfigError(f"out_dir={value!r} must be a directory path such as 'memwatch'.")
+    out = os.fspath(value)
+    if not isinstance(out, str) or not out:
+        raise ConfigError("out_dir='' is empty; pass a directory path such as 'memwatch'.")
+    full = os.path.realpath(os.path.abspath(out))
+    special = next((d for d in _SPECIAL_DIRS if full == d or full.startswith(d + os.sep)), None)
+    if special is not None:
+        raise ConfigError(f"out_dir={out!r} is under {special}, a kernel file system where "
+                          "bundles cannot be kept; pass a directory on disk such as "
+                          "'./memwatch'.")
+    if os.path.exists(full) and not os.path.isdir(full):
+        raise ConfigError(f"out_dir={out!r} exists and is not a directory; pass a directory "
+                          "path (it is created when missing).")
+    return out
 
 
 def _tracemalloc_frames(value: Any) -> int:
@@ -183,26 +253,29 @@ class WatchConfig:
     def __post_init__(self) -> None:
         s = object.__setattr__
         s(self, "device", _device_spec(self.device))
-        out = os.fspath(self.out_dir)
-        if not out:
-            raise ConfigError("out_dir='' is empty; pass a directory path such as 'memwatch'.")
-        s(self, "out_dir", out)
+        s(self, "out_dir", _out_dir(self.out_dir))
+        for name in ("host", "workers", "analyze", "recorder", "record_history", "signals",
+                     "warn"):
+            _bool(name, getattr(self, name))
         s(self, "interval_s", _positive("interval_s", self.interval_s,
                                         "for example 1.0 (seconds)"))
-        if not isinstance(self.capacity, int) or self.capacity < 16:
-            raise ConfigError(f"capacity={self.capacity!r} must be an int >= 16 (rows kept in "
-                              "the ring).")
+        _capacity(self.capacity)
         b = self.buckets_per_epoch
-        if not isinstance(b, int) or b < 4 or b % 2:
-            raise ConfigError(f"buckets_per_epoch={b!r} must be an even int >= 4, e.g. 256.")
+        if not isinstance(b, int) or isinstance(b, bool) or not 4 <= b <= 65536 or b % 2:
+            raise ConfigError(f"buckets_per_epoch={b!r} must be an even int from 4 to 65536, "
+                              "e.g. 256.")
         if self.total_steps is not None:
-            _positive("total_steps", self.total_steps, "or None when the run length is unknown")
-        if self.census not in ("auto", "always", "never"):
-            raise ConfigError(f"census={self.census!r}: use 'auto', 'always' or 'never'.")
-        if self.distributed not in ("auto", "off"):
-            raise ConfigError(f"distributed={self.distributed!r}: use 'auto' (exchange per-rank "
-                              "summaries at epoch ends when torch.distributed is initialised) "
-                              "or 'off'.")
+            _positive_int("total_steps", self.total_steps,
+                          "or None when the run length is unknown")
+        _choice("census", self.census, ("auto", "always", "never"))
+        if self.analyzer_config is not None and \
+                not isinstance(self.analyzer_config, AnalyzerConfig):
+            raise ConfigError(f"analyzer_config={self.analyzer_config!r} must be a "
+                              "memwatch.AnalyzerConfig (e.g. AnalyzerConfig(near_oom_margin="
+                              "0.05)) or None for the defaults.")
+        _choice("distributed", self.distributed, ("auto", "off"),
+                "'auto' exchanges per-rank summaries at checks when torch.distributed is "
+                "initialised")
         s(self, "exchange_timeout_s", _positive("exchange_timeout_s", self.exchange_timeout_s,
                                                 "for example 60 (seconds)"))
         s(self, "bundle_on", parse_bundle_on(self.bundle_on))
@@ -228,9 +301,9 @@ class WatchConfig:
                 "blackbox_every_s", self.blackbox_every_s,
                 "for example 5 (seconds between rewrites of the black box), or None for none"))
         if self.steps_per_epoch is not None:
-            _positive("steps_per_epoch", self.steps_per_epoch, "or None when it is not known")
-        if self.stage not in STAGES:
-            raise ConfigError(f"stage={self.stage!r}: use one of {', '.join(STAGES)}.")
+            _positive_int("steps_per_epoch", self.steps_per_epoch,
+                          "or None when it is not known")
+        _choice("stage", self.stage, tuple(STAGES))
         if not isinstance(self.sinks, SinkSet):
             s(self, "sinks", tuple(validate_sinks(self.sinks)))
         self.recorder_config  # noqa: B018 - validates the recorder's options now

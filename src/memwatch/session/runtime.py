@@ -1,126 +1,116 @@
-"""The runtime parts of a session: the flight recorder, the watchdog and the periodic work
-they and the sinks need, wired to the session through its read-only view and callbacks.
+"""The runtime parts of a session: the flight recorder, the black box and the watchdog, wired to
+the session through its read-only view and explicit callbacks, and the graceful stop they may
+ask for.
 
-:class:`RuntimeParts` is the part of :class:`memwatch.MemWatch` that creates them, schedules
-them behind one integer compare per step (:class:`memwatch.runtime.schedule.Schedule`), and
-offers the flight recorder's public entry points (``dump``, ``handle_exception``,
+:class:`Runtime` creates them at start, runs their periodic work when the session's scheduler
+says so, and offers the flight recorder's entry points (``dump``, ``handle_exception``,
 ``capture_oom``).
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import time
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from memwatch.core.findings import Finding
 from memwatch.core.protocols import SessionView
 from memwatch.runtime.blackbox import BlackBox, report_previous
 from memwatch.runtime.dispatch import SinkSet
 from memwatch.runtime.recorder import FlightRecorder
-from memwatch.runtime.schedule import Schedule
 from memwatch.runtime.watchdog import Watchdog
 from memwatch.session.config import WatchConfig
 
 log = logging.getLogger("memwatch")
 
-__all__ = ["RuntimeParts"]
+__all__ = ["Runtime"]
 
 
-class RuntimeParts:
-    """The recorder, watchdog and schedule of :class:`memwatch.MemWatch` (a mixin)."""
+class Runtime:
+    """The recorder, black box, watchdog and stop request of one session.
 
-    # What this part reads of the session (MemWatch defines them).
-    config: WatchConfig
-    view: SessionView
-    recorder: FlightRecorder | None
-    watchdog: Watchdog | None
-    blackbox: BlackBox | None
-    previous_unclean: list[dict[str, Any]]
-    should_stop: bool
-    stop_reason: str | None
-    step_count: int
-    disabled: dict[str, str]
-    rank_last_seen: list[Any]
-    job: dict[str, Any]
-    _exchange: Any
-    _sampler: Any
-    _sinks: SinkSet
-    _schedule: Schedule
-    _next_due: int
-    _running: bool
+    Attributes:
+        recorder: the flight recorder (None when off or it failed to start).
+        blackbox: the record that survives SIGKILL (None when off, or in an evaluation session).
+        previous_unclean: runs in the same ``out_dir`` that ended without a clean close.
+        watchdog: thresholds and actions (None when off).
+        should_stop, stop_reason: the watchdog's ``"stop"`` action (the first reason kept).
+    """
 
-    analyzer: Any
-    _check_due_t: float
+    def __init__(self, config: WatchConfig, view: SessionView, sinks: SinkSet,
+                 disabled: Callable[[str], bool],
+                 disable: Callable[[str, BaseException], None]) -> None:
+        self._config = config
+        self._view = view
+        self._sinks = sinks
+        self._disabled = disabled
+        self._disable = disable
+        self.recorder: FlightRecorder | None = None
+        self.blackbox: BlackBox | None = None
+        self.previous_unclean: list[dict[str, Any]] = []
+        self.watchdog: Watchdog | None = None
+        self.should_stop = False
+        self.stop_reason: str | None = None
 
-    def latest(self) -> dict[str, float]:
-        raise NotImplementedError  # MemWatch.latest
-
-    def _step_check(self, step: int) -> None:
-        raise NotImplementedError  # Checks._step_check
-
-    def _disable(self, component: str, exc: BaseException) -> None:
-        raise NotImplementedError  # MemWatch._disable
-
-    def _start_recorder_and_watchdog(self) -> None:
-        rcfg = self.config.recorder_config
+    def start(self, ranks_doc: Callable[[], dict[str, Any] | None],
+              after_each_poll: Callable[[Callable[[], None]], None]) -> None:
+        cfg = self._config
+        rcfg = cfg.recorder_config
         if rcfg.enabled:
             from memwatch.report.html import render_bundle_html
 
             try:
-                self.recorder = FlightRecorder(rcfg, self.view, on_bundle=self._sinks.bundle,
-                                               render_report=render_bundle_html,
-                                               ranks=self._ranks_doc)
+                self.recorder = FlightRecorder(rcfg, self._view, on_bundle=self._sinks.bundle,
+                                               render_report=render_bundle_html, ranks=ranks_doc)
                 self.recorder.start()
             except Exception as e:  # noqa: BLE001
                 self.recorder = None
                 self._disable("flight recorder", e)
-        if self.config.blackbox_every_s is not None and self.config.stage == "train":
+        if cfg.blackbox_every_s is not None and cfg.stage == "train":
             try:
-                self.previous_unclean = report_previous(str(self.config.out_dir))
-                self.blackbox = BlackBox(self.view, str(self.config.out_dir),
-                                         every_s=self.config.blackbox_every_s)
+                self.previous_unclean = report_previous(str(cfg.out_dir))
+                self.blackbox = BlackBox(self._view, str(cfg.out_dir),
+                                         every_s=cfg.blackbox_every_s)
                 self.blackbox.start()
-                if self._sampler is not None:  # its thread rewrites the record
-                    self._sampler.after_poll = self.blackbox.tick
+                after_each_poll(self.blackbox.tick)  # the sampler's thread rewrites the record
             except Exception as e:  # noqa: BLE001
                 self.blackbox = None
                 self._disable("black box", e)
-        wcfg = self.config.watchdog_config
+        wcfg = cfg.watchdog_config
         if wcfg is not None:
-            self.watchdog = Watchdog(wcfg, self.view, dump=self._watchdog_dump,
+            self.watchdog = Watchdog(wcfg, self._view, dump=self._watchdog_dump,
                                      stop=self.request_stop)
-        self._plan()
 
-    def _plan(self) -> None:
-        """(Re)schedule the periodic work from the current step count."""
-        s, n = self._schedule, self.step_count
-        s.clear()
-        if self.recorder is not None or self.watchdog is not None:
-            wcfg = self.config.watchdog_config
-            s.add("watch", wcfg.every_n_steps if wcfg is not None else 50, self._watch, n)
-        if self._sinks and self.config.stage == "train":
-            # Multiples of N, so the logged steps stay aligned across a resume.
-            s.add("sinks", self.config.log_every_n_steps, self._sink_sample, n, aligned=True)
-        if self.analyzer is not None:
-            every_n, every_s = self.config.check_every_n_steps, self.config.check_every_s
-            if every_n is not None:
-                s.add("check", every_n, self._step_check, n)
-            self._check_due_t = time.monotonic() + every_s if every_s is not None else math.inf
-        self._next_due = s.next_due
+    @property
+    def watches(self) -> bool:
+        """There is periodic work for :meth:`watch` (a recorder or a watchdog)."""
+        return self.recorder is not None or self.watchdog is not None
 
-    def add_sink(self, sink: Any) -> None:
-        """Add a :class:`memwatch.sinks.Sink` (integrations call this once they found a logger)."""
-        self._sinks.add(sink)
-        if self._running:
-            self._plan()
+    def watch(self, step: int) -> None:
+        """Every N steps, on the training thread: unclaimed OOM captures, the watchdog."""
+        try:
+            if self.recorder is not None:
+                self.recorder.on_step_boundary()
+            if self.watchdog is not None and not self._disabled("watchdog"):
+                self.watchdog.check()
+        except Exception as e:  # noqa: BLE001
+            self._disable("watchdog", e)
+            self.watchdog = None
+
+    def on_findings(self, new: list[Finding]) -> None:
+        """A check's new findings reach the watchdog (forecast alerts)."""
+        if self.watchdog is not None and new and not self._disabled("watchdog"):
+            try:
+                self.watchdog.on_findings(new)
+            except Exception as e:  # noqa: BLE001
+                self._disable("watchdog", e)
 
     def request_stop(self, reason: str) -> None:
-        """Ask the run to stop gracefully (the watchdog's ``"stop"`` action): sets
-        :attr:`should_stop` and :attr:`stop_reason` (the first reason is kept)."""
+        """Ask the run to stop gracefully: sets :attr:`should_stop` and :attr:`stop_reason`
+        (the first reason is kept)."""
         if not self.should_stop:
             self.stop_reason = reason
         self.should_stop = True
@@ -128,47 +118,20 @@ class RuntimeParts:
     def _watchdog_dump(self, reason: str) -> Path | None:
         return self.recorder.dump(reason, trigger="watchdog") if self.recorder else None
 
-    def _ranks_doc(self) -> dict[str, Any] | None:
-        from memwatch.bundle.documents import ranks_doc
-
-        ex = self._exchange
-        return ranks_doc(self.rank_last_seen, self.job, getattr(ex, "missing", None) or [],
-                         getattr(ex, "broken", None))
-
-    def _sink_sample(self, step: int) -> None:
-        self._sinks.metrics(step, self.latest())
-
-    def _watch(self, step: int) -> None:
-        """Every N steps, on the training thread: unclaimed OOM captures, the watchdog."""
-        try:
-            if self.recorder is not None:
-                self.recorder.on_step_boundary()
-            if self.watchdog is not None and "watchdog" not in self.disabled:
-                self.watchdog.check()
-        except Exception as e:  # noqa: BLE001
-            self._disable("watchdog", e)
-            self.watchdog = None
+    @property
+    def history_recording(self) -> bool:
+        """The device allocator's history is being recorded (its snapshot names sites)."""
+        return bool(getattr(self.recorder, "history_recording", False))
 
     # ------------------------------------------------------------------ flight recorder
     def dump(self, reason: str, exc: BaseException | None = None) -> Path | None:
-        """Write a bundle now (``trigger="manual"``); returns its path, or None (never raises)."""
-        if self.recorder is None:
-            return None
-        return self.recorder.dump(reason, exc)
+        return self.recorder.dump(reason, exc) if self.recorder is not None else None
 
     def handle_exception(self, exc: BaseException) -> Path | None:
-        """The one entry point for a failure: classify ``exc``, write a bundle if configured for
-        its class (reusing the pre-unwind OOM capture), tag ``exc`` with a note and a
-        ``memwatch_bundle`` attribute. Never replaces or swallows ``exc``; one bundle per exception.
-        """
-        if self.recorder is None:
-            return None
-        return self.recorder.handle_exception(exc)
+        return self.recorder.handle_exception(exc) if self.recorder is not None else None
 
     @contextmanager
     def capture_oom(self) -> Iterator[None]:
-        """An OOM raised inside gets a bundle (whatever ``bundle_on`` says); every exception is
-        re-raised unchanged."""
         rec = self.recorder
         if rec is not None:
             rec.forced += 1  # the OOM observer captures even when bundle_on excludes OOMs
@@ -182,3 +145,31 @@ class RuntimeParts:
             if rec is not None:
                 rec.forced -= 1
 
+    def final_bundle(self) -> None:
+        """Before the recorder closes: an exception in flight gets its bundle first (the sinks
+        should see it), and a sink may ask for an end-of-run bundle (report and snapshot)."""
+        if not self._sinks or self.recorder is None:
+            return
+        try:
+            in_flight = sys.exc_info()[1]
+            if in_flight is not None:
+                self.recorder.handle_exception(in_flight)
+            elif self._sinks.wants_final_bundle():
+                self.recorder.dump("end of run (report and snapshot for the sinks)")
+        except Exception as e:  # noqa: BLE001
+            log.debug("memwatch: no end-of-run bundle (%s)", e)
+
+    # ------------------------------------------------------------------ end
+    def after_fork_in_child(self) -> None:
+        if self.blackbox is not None:
+            self.blackbox.forget_after_fork()
+
+    def close(self) -> None:
+        """The black box is closed (a clean end leaves no record) and the recorder stopped."""
+        if self.blackbox is not None:
+            self.blackbox.close()
+        if self.recorder is not None:
+            try:
+                self.recorder.close()
+            except Exception:  # noqa: BLE001
+                log.debug("memwatch: flight recorder failed to close", exc_info=True)

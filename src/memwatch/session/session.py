@@ -5,24 +5,36 @@ Lifecycle: construct (validates the options into a :class:`memwatch.WatchConfig`
 ``step()`` once per optimizer step → ``end_epoch()`` at every epoch end (a *check*: verdicts) →
 ``close()`` (idempotent).
 
+A session is a composition of small parts, each the only writer of its own state:
+:class:`~memwatch.session.sampling.Sampling` (probes, timeline, step count),
+:class:`~memwatch.session.scheduler.Scheduler` (what is due, by steps and by time),
+:class:`~memwatch.session.checker.Checker` (analyzer, tracer, rank exchange, findings),
+:class:`~memwatch.session.runtime.Runtime` (flight recorder, black box, watchdog, stop request)
+and :class:`~memwatch.session.checkpoint.Checkpointer` (state across a restart). This class
+wires them and runs a check; the runtime parts get a read-only view of it and explicit
+callbacks, never the session.
+
 After ``start()`` nothing in here raises into the training loop: a failing component logs one
-warning naming the cause and disables itself. The runtime parts (flight recorder, watchdog, rank
-exchange) get a read-only view of this session and explicit callbacks, never the session.
+warning naming the cause and disables itself.
+
+Threading: ``step()``, ``end_epoch()`` and ``close()`` belong to the thread that trains (one
+session, one training thread: the first ``step()`` binds it). A call of ``step()`` from another
+thread is ignored with one warning: samples from two threads would interleave and the step
+count would lose meaning.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import operator
 import os
-import sys
+import threading
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any, cast
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
-from memwatch.core.errors import ConfigError
+from memwatch.core.errors import ConfigError, MemWatchWarning
 from memwatch.core.findings import Finding
 from memwatch.core.forking import ForkRegistry
 from memwatch.core.protocols import SessionView
@@ -31,44 +43,42 @@ from memwatch.runtime.blackbox import BlackBox
 from memwatch.runtime.dispatch import SinkSet
 from memwatch.runtime.exchange import rank_info
 from memwatch.runtime.recorder import FlightRecorder
-from memwatch.runtime.schedule import Schedule
-from memwatch.runtime.warn import FindingWarner
 from memwatch.runtime.watchdog import Watchdog
-from memwatch.session.checkpoint import MAX_FINDINGS, Checkpointing
-from memwatch.session.checks import Checks
+from memwatch.session.checker import MAX_FINDINGS, Checker
+from memwatch.session.checkpoint import Checkpointer
 from memwatch.session.config import WatchConfig
-from memwatch.session.probes import NanProbe, open_probes, resolve_device
-from memwatch.session.runtime import RuntimeParts
+from memwatch.session.options import check_names
+from memwatch.session.part import Part
+from memwatch.session.runtime import Runtime
+from memwatch.session.sampling import Sampling
+from memwatch.session.scheduler import Scheduler
 from memwatch.session.view import SessionReader
 from memwatch.timeline import EpochSummary, Timeline
-from memwatch.timeline.sampler import BackgroundSampler, SlowReader
+
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from memwatch.session.options import WatchOptions
 
 log = logging.getLogger("memwatch")
 
 __all__ = ["MAX_FINDINGS", "MemWatch", "SessionReader", "rank_info", "watch"]
 
-#: Attribute -> WatchConfig field: the options a MemWatch answers for (``mw.census_mode`` is
-#: ``mw.config.census``; ``tracemalloc_frames`` the frame count ``tracemalloc=`` amounts to).
-_OPTION_ATTRS = {
-    **{name: name for name in (
-        "host", "workers", "out_dir", "interval_s", "capacity", "buckets_per_epoch", "analyze",
-        "distributed", "exchange_timeout_s", "log_every_n_steps", "tracemalloc_frames", "stage")},
-    "census_mode": "census",
-}
 
-
-class MemWatch(Checks, RuntimeParts, Checkpointing):
+class MemWatch:
     """Watches memory during training and turns samples into verdicts.
 
     ``MemWatch(**options)``: every option, its default and what it does are documented on
-    :class:`memwatch.WatchConfig` (the validated value the options become, ``mw.config``).
-    The most used: ``device`` (``None`` picks CUDA or MPS when available), ``out_dir``,
-    ``total_steps``, ``census``, ``watchdog``, ``sinks``, ``tracemalloc``.
+    :class:`memwatch.WatchConfig` (the validated value the options become, ``mw.config``). The
+    most used: ``device`` (``None`` picks CUDA or MPS when available), ``out_dir``,
+    ``total_steps``, ``census``, ``watchdog``, ``sinks``, ``tracemalloc``. A misspelled option
+    raises :class:`memwatch.ConfigError` naming the closest valid one.
 
-    Attributes (besides the options, readable under their names): :attr:`findings`,
-    :attr:`step_count`, :attr:`epoch`, :attr:`checks`, :attr:`timeline`, :attr:`device`,
-    :attr:`recorder`, :attr:`watchdog`, :attr:`analyzer`, :attr:`sinks`, :attr:`should_stop`
-    and :attr:`stop_reason`, :attr:`disabled`.
+    Attributes: :attr:`config`, :attr:`findings`, :attr:`step_count`, :attr:`epoch`,
+    :attr:`checks`, :attr:`timeline`, :attr:`device`, :attr:`probes`, :attr:`recorder`,
+    :attr:`watchdog`, :attr:`analyzer`, :attr:`sinks`, :attr:`should_stop` and
+    :attr:`stop_reason`, :attr:`disabled`, and the options most read back (:attr:`out_dir`,
+    :attr:`stage`, :attr:`census_mode`...; every option is on :attr:`config`).
 
     Example::
 
@@ -84,53 +94,9 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
         10485760.0
     """
 
-    def __init__(
-        self,
-        device: Any = None,
-        host: bool = True,
-        workers: bool = True,
-        out_dir: str | os.PathLike[str] = "memwatch",
-        interval_s: float = 1.0,
-        capacity: int = 32768,
-        buckets_per_epoch: int = 256,
-        total_steps: int | None = None,
-        analyze: bool = True,
-        census: str = "auto",
-        analyzer_config: Any = None,
-        distributed: str = "auto",
-        exchange_timeout_s: float = 60.0,
-        recorder: bool = True,
-        bundle_on: Any = "oom",
-        max_bundles: int = 20,
-        max_bundle_bytes: int = 256 << 20,
-        max_total_bytes: int = 1 << 30,
-        record_history: bool = False,
-        signals: bool = True,
-        bundle_report: str = "auto",
-        watchdog: Any = True,
-        sinks: Sequence[Any] | SinkSet | None = None,
-        log_every_n_steps: int = 50,
-        tracemalloc: bool | int = False,
-        stage: str = "train",
-        check_every_n_steps: int | None = 5000,
-        check_every_s: float | None = 600.0,
-        horizon_s: float = 3 * 86400.0,
-        steps_per_epoch: int | None = None,
-        warn: bool = True,
-        blackbox_every_s: float | None = 5.0,
-    ) -> None:
-        self._init(WatchConfig(
-            device=device, host=host, workers=workers, out_dir=out_dir, interval_s=interval_s,
-            capacity=capacity, buckets_per_epoch=buckets_per_epoch, total_steps=total_steps,
-            analyze=analyze, census=census, analyzer_config=analyzer_config,
-            distributed=distributed, exchange_timeout_s=exchange_timeout_s, recorder=recorder,
-            bundle_on=bundle_on, max_bundles=max_bundles, max_bundle_bytes=max_bundle_bytes,
-            max_total_bytes=max_total_bytes, record_history=record_history, signals=signals,
-            bundle_report=bundle_report, watchdog=watchdog, sinks=sinks,
-            log_every_n_steps=log_every_n_steps, tracemalloc=tracemalloc, stage=stage,
-            check_every_n_steps=check_every_n_steps, check_every_s=check_every_s,
-            horizon_s=horizon_s, steps_per_epoch=steps_per_epoch, warn=warn,
-            blackbox_every_s=blackbox_every_s))
+    def __init__(self, **options: Unpack[WatchOptions]) -> None:
+        check_names(options, "MemWatch")
+        self._init(WatchConfig(**options))
 
     @classmethod
     def from_config(cls, config: WatchConfig) -> MemWatch:
@@ -142,81 +108,101 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
     def _init(self, config: WatchConfig) -> None:
         #: The validated options (a frozen :class:`memwatch.WatchConfig`).
         self.config = config
-        #: The run's planned number of optimizer steps (the forecast horizon); integrations set
-        #: it from the framework when the user did not.
-        self.total_steps: int | None = config.total_steps
-        #: The epoch length, when known (the adapters set it from the framework).
-        self.steps_per_epoch: int | None = config.steps_per_epoch
+        #: Components turned off after an error: name -> cause.
+        self.disabled: dict[str, str] = {}
+        self._total_steps: int | None = config.total_steps
+        self._steps_per_epoch: int | None = config.steps_per_epoch
+        self._epoch = 0
         shared = isinstance(config.sinks, SinkSet)
         self._sinks = config.sinks if isinstance(config.sinks, SinkSet) else SinkSet(config.sinks)
         self._owns_sinks = not shared
-        #: Set by the watchdog's "stop" action (with :attr:`stop_reason`); integrations map it to
-        #: their framework's stop flag, a plain loop checks it.
-        self.should_stop = False
-        self.stop_reason: str | None = None
-        self.recorder: FlightRecorder | None = None
-        #: The black box (None when off, or in an evaluation session).
-        self.blackbox: BlackBox | None = None
-        #: Runs in the same ``out_dir`` that ended without a clean close, reported at start.
-        self.previous_unclean: list[dict[str, Any]] = []
-        self.watchdog: Watchdog | None = None
-        #: The analyzer (None when ``analyze=False`` or it failed to start).
-        self.analyzer: Any = None
-        self.device: DeviceProbe | None = None
-        self.probes: list[Probe] = []
-        self.timeline: Timeline | None = None
-        self.findings: list[Finding] = []
-        self.epoch = 0
-        self.step_count = 0
-        self.checks = 0
-        self.rank = rank_info()
-        #: Which job this process belongs to (``id``, ``source``, ``attempt``): from the launcher's
-        #: environment, agreed across ranks at start when running distributed. Recorded in every
-        #: bundle so ``memwatch ls`` can group the bundles of one job's ranks.
-        self.job: dict[str, Any] = {"id": None, "source": None, "attempt": None}
-        #: On rank 0 after each check: one summary per rank (None for a rank that did not
-        #: answer); empty after a check without an exchange (none yet, or it broke), so loggers
-        #: never log the same figures twice. See memwatch.runtime.exchange.
-        self.rank_summaries: list[Any] = []
-        #: On rank 0: each rank's latest summary ever received (None: never), for ranks.json.
-        self.rank_last_seen: list[Any] = []
-        #: Components turned off after an error: name -> cause.
-        self.disabled: dict[str, str] = {}
         #: The read-only view the runtime parts get (:class:`memwatch.core.protocols.SessionView`).
         self.view: SessionView = cast(SessionView, SessionReader(self))
-        self._fast_probes: list[Probe] = []
-        self._slow: SlowReader | None = None
-        self._sampler: BackgroundSampler | None = None
-        self._tracer: Any = None  # analysis.allocations.AllocationTracer while tracing
-        self._exchange: Any = None  # runtime.exchange.RankExchange when distributed
-        self._schedule = Schedule()
-        self._next_due = sys.maxsize  # step() compares one int with this ...
-        self._check_due_t = math.inf  # ... and one float: the time-based check
-        self._warner = FindingWarner()
+        self._sampling = Sampling(config, self._disable)
+        self._scheduler = Scheduler()
+        self._runtime = Runtime(config, self.view, self._sinks, self.disabled.__contains__,
+                                self._disable)
+        self._checker = Checker(config, self.view, self.disabled.__contains__, self._disable,
+                                sinks=self._sinks, runtime=self._runtime,
+                                sampling=self._sampling, scheduler=self._scheduler)
+        self._checkpoints = Checkpointer()
         self._running = False
         self._closed = False
         self._pid = os.getpid()
-        # A checkpoint's state given before start(): applied there (see load_state_dict).
-        self._pending_state: dict[str, Any] | None = None
-        self._oom_kills_at_start: int | None = None  # the memory cgroup's counter at start()
+        self._thread: int | None = None
+        self._warned_thread = False
 
-    # ------------------------------------------------------------------ options
-    def __getattr__(self, name: str) -> Any:
-        # The options, readable under their names (``mw.out_dir`` is ``mw.config.out_dir``).
-        field = _OPTION_ATTRS.get(name)
-        if field is None:
-            raise AttributeError(f"'MemWatch' object has no attribute {name!r}")
-        return getattr(self.__dict__["config"], field)
+    # ------------------------------------------------------------------ what it reads as
+    # Each attribute has one writer: the part that owns it. The session reads it through.
+    #: Optimizer steps recorded (continuing across a resume).
+    step_count: Part[int] = Part("_sampling", "step_count")
+    #: The fixed-memory store of samples (None before ``start()``).
+    timeline: Part[Timeline | None] = Part("_sampling", "timeline")
+    #: The device probe (None: host and workers only).
+    device: Part[DeviceProbe | None] = Part("_sampling", "device")
+    probes: Part[list[Probe]] = Part("_sampling", "probes")
+    #: Every finding so far (the latest 1,000).
+    findings: Part[list[Finding]] = Part("_checker", "findings")
+    #: Checks run so far (epoch ends and checks inside epochs).
+    checks: Part[int] = Part("_checker", "checks")
+    #: This process's ``rank`` and ``world_size``.
+    rank: Part[dict[str, int]] = Part("_checker", "rank")
+    #: Which job this process belongs to (``id``, ``source``, ``attempt``): from the launcher's
+    #: environment, agreed across ranks at start when running distributed.
+    job: Part[dict[str, Any]] = Part("_checker", "job")
+    #: On rank 0 after a check with an exchange: one summary per rank.
+    rank_summaries: Part[list[Any]] = Part("_checker", "rank_summaries")
+    rank_last_seen: Part[list[Any]] = Part("_checker", "rank_last_seen")
+    recorder: Part[FlightRecorder | None] = Part("_runtime", "recorder")
+    #: The black box (None when off, or in an evaluation session).
+    blackbox: Part[BlackBox | None] = Part("_runtime", "blackbox")
+    #: Runs in the same ``out_dir`` that ended without a clean close, reported at start.
+    previous_unclean: Part[list[dict[str, Any]]] = Part("_runtime", "previous_unclean")
+    watchdog: Part[Watchdog | None] = Part("_runtime", "watchdog")
+    #: Set by the watchdog's "stop" action (with :attr:`stop_reason`); integrations map it to
+    #: their framework's stop flag, a plain loop checks it.
+    should_stop: Part[bool] = Part("_runtime", "should_stop")
+    stop_reason: Part[str | None] = Part("_runtime", "stop_reason")
+    #: Started and not closed (``step()`` samples).
+    running: Part[bool] = Part("", "_running")
+    #: Closed (for good: a closed session cannot start again).
+    closed: Part[bool] = Part("", "_closed")
+    #: Where samples, findings and bundles go (one fan-out, one failure rule).
+    sinks: Part[SinkSet] = Part("", "_sinks")
+    #: Epochs ended (continuing across a resume).
+    epoch: Part[int] = Part("", "_epoch")
+    #: The run's planned number of optimizer steps (the forecast horizon), when known.
+    total_steps: Part[int | None] = Part("", "_total_steps")
+    #: The epoch length, when known (the adapters set it from the framework).
+    steps_per_epoch: Part[int | None] = Part("", "_steps_per_epoch")
+    # The options most read back under their own names (every one is on ``config``).
+    out_dir: Part[str] = Part("config", "out_dir")
+    stage: Part[str] = Part("config", "stage")
+    census_mode: Part[str] = Part("config", "census")
+    host: Part[bool] = Part("config", "host")
+    workers: Part[bool] = Part("config", "workers")
+    interval_s: Part[float] = Part("config", "interval_s")
+    log_every_n_steps: Part[int] = Part("config", "log_every_n_steps")
+    tracemalloc_frames: Part[int] = Part("config", "tracemalloc_frames")
 
     @property
-    def sinks(self) -> SinkSet:
-        """Where samples, findings and bundles go (one fan-out, one failure rule)."""
-        return self._sinks
+    def analyzer(self) -> Any:
+        """The analyzer (None when ``analyze=False`` or it failed to start). Any object with
+        ``check(summary, context) -> list[Finding]`` may replace it."""
+        return self._checker.analyzer
 
-    #: Started and not closed (``step()`` samples).
-    running = property(operator.attrgetter("_running"))
-    #: Closed (for good: a closed session cannot start again).
-    closed = property(operator.attrgetter("_closed"))
+    @analyzer.setter
+    def analyzer(self, analyzer: Any) -> None:
+        self._checker.use_analyzer(analyzer)
+
+    def plan_run(self, total_steps: int | None = None,
+                 steps_per_epoch: int | None = None) -> None:
+        """The run's planned length and its epochs' length, when the framework knows them
+        (each ignored when None or already given as an option)."""
+        if self._total_steps is None and total_steps is not None:
+            self._total_steps = int(total_steps)
+        if self._steps_per_epoch is None and steps_per_epoch is not None:
+            self._steps_per_epoch = int(steps_per_epoch)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> MemWatch:
@@ -225,29 +211,14 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
             return self
         if self._closed:
             raise ConfigError("this MemWatch was closed; create a new one to watch again.")
-        cfg = self.config
-        self.device = resolve_device(cfg.device_spec)
-        self.probes = open_probes(self.device, self.host, self.workers)
-        self._fast_probes = [p for p in self.probes if p.fast_keys]
-        self._slow = SlowReader([p for p in self.probes if p.slow_keys], self._probe_failed)
-        keys = [k for p in self._fast_probes for k in p.fast_keys] + list(self._slow.keys)
-        self.timeline = Timeline(keys, capacity=cfg.capacity,
-                                 buckets_per_epoch=cfg.buckets_per_epoch)
-        self._slow.poll()  # values exist from the first step on
-        cg = self._probe("cgroup")  # the baseline every later OOM-kill count is compared with
-        self._oom_kills_at_start = cg.oom_kills() if cg is not None else None
-        self._sampler = BackgroundSampler(self._slow, self.interval_s)
-        self._sampler.start()
-        if self.analyze:
-            self._start_analyzer()
-        if self._pending_state is not None:
+        self._sampling.open()
+        self._checker.start()
+        pending = self._checkpoints.take_pending()
+        if pending is not None:
             # Before the recorder, watchdog and sinks schedule their ticks from step_count.
-            state, self._pending_state = self._pending_state, None
-            self._apply_state(state)
-        self._start_exchange()
-        self._start_recorder_and_watchdog()
-        if self.tracemalloc_frames:
-            self._start_tracer()
+            self._restore(pending)
+        self._runtime.start(self._ranks_doc, self._sampling.after_each_poll)
+        self._plan()
         self._running = True
         _in_children.add(self)
         return self
@@ -260,43 +231,13 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
         self._running = False
         if os.getpid() != self._pid:
             return  # a forked child owns none of this
-        self._schedule.clear()
-        self._next_due = sys.maxsize
-        self._final_bundle()
-        if self.blackbox is not None:
-            self.blackbox.close()  # a clean end leaves no record behind
+        self._scheduler.clear()
+        self._runtime.final_bundle()
         if self._sinks and self._owns_sinks:
             self._sinks.close()
-        if self.recorder is not None:
-            try:
-                self.recorder.close()
-            except Exception:  # noqa: BLE001
-                log.debug("memwatch: flight recorder failed to close", exc_info=True)
-        if self._sampler is not None:
-            self._sampler.stop()
-        if self._exchange is not None:
-            self._exchange.close()
-        if self._tracer is not None:
-            self._stop_tracer()
-        for p in self.probes:
-            try:
-                p.close()
-            except Exception:  # noqa: BLE001
-                log.debug("memwatch: probe %s failed to close", p.name, exc_info=True)
-
-    def _final_bundle(self) -> None:
-        # Before the recorder closes: an exception in flight gets its bundle first (the sinks
-        # should see it), and a sink may ask for an end-of-run bundle (report + snapshot).
-        if not self._sinks or self.recorder is None:
-            return
-        try:
-            in_flight = sys.exc_info()[1]
-            if in_flight is not None:
-                self.recorder.handle_exception(in_flight)
-            elif self._sinks.wants_final_bundle():
-                self.recorder.dump("end of run (report and snapshot for the sinks)")
-        except Exception as e:  # noqa: BLE001
-            log.debug("memwatch: no end-of-run bundle (%s)", e)
+        self._runtime.close()
+        self._sampling.close()
+        self._checker.close()
 
     def __enter__(self) -> MemWatch:
         return self.start()
@@ -304,59 +245,68 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _plan(self) -> None:
+        """(Re)schedule the periodic work from the current step count."""
+        s, n, cfg = self._scheduler, self.step_count, self.config
+        s.clear()
+        if self._runtime.watches:
+            wcfg = cfg.watchdog_config
+            s.every_steps("watch", wcfg.every_n_steps if wcfg is not None else 50,
+                          self._runtime.watch, n)
+        if self._sinks and cfg.stage == "train":
+            # Multiples of N, so the logged steps stay aligned across a resume.
+            s.every_steps("sinks", cfg.log_every_n_steps, self._sink_sample, n, aligned=True)
+        if self._checker.analyzer is not None:
+            s.checks(cfg.check_every_n_steps, cfg.check_every_s, self._checker.step_check,
+                     self._checker.time_check, n, time.monotonic())
+
     # ------------------------------------------------------------------ hot path
     def step(self) -> None:
-        """Record one sample. Call once per optimizer step, at the same point of every step."""
+        """Record one sample. Call once per optimizer step, at the same point of every step,
+        from the thread that trains."""
         if not self._running:
             return
+        if threading.get_ident() != self._thread and self._other_thread():
+            return
         try:
-            t = self._sample()
+            t = self._sampling.record()
         except Exception:  # noqa: BLE001
             t = self._recover_step()
-        if self.step_count >= self._next_due or t >= self._check_due_t:
+        s = self._scheduler
+        if self._sampling.step_count >= s.next_due or t >= s.due_t:
             self._run_due(t)
-
-    def _sample(self) -> float:
-        vals: list[float] = []
-        for p in self._fast_probes:
-            vals.extend(p.read_fast())
-        vals.extend(self._slow.values)  # type: ignore[union-attr]
-        # Count the step only once it is stored: a failed append retries in _recover_step.
-        t = time.monotonic()
-        self.timeline.append(self.step_count + 1, t, vals)  # type: ignore[union-attr]
-        self.step_count += 1
-        return t
 
     def _run_due(self, t: float) -> None:
         try:
-            self._schedule.run(self.step_count)
-            if t >= self._check_due_t:  # (a step-based check just now pushed it back)
-                self._interval_check(aligned=False)
+            self._scheduler.run(self.step_count, t)
         except Exception as e:  # noqa: BLE001 - each task guards itself; this is the backstop
             self._disable("schedule", e)
-        self._next_due = self._schedule.next_due
 
     def _recover_step(self) -> float:
         """Slow path after a failure: find the failing probe, disable it, keep sampling."""
         try:
-            for p in list(self._fast_probes):
-                try:
-                    got = p.read_fast()
-                    if len(got) != len(p.fast_keys):
-                        raise RuntimeError(
-                            f"read_fast returned {len(got)} values for {len(p.fast_keys)} keys"
-                        )
-                except Exception as e:  # noqa: BLE001
-                    self._probe_failed(p, e)
-                    self._fast_probes[self._fast_probes.index(p)] = NanProbe(p)
-            return self._sample()
+            return self._sampling.recover()
         except Exception as e:  # noqa: BLE001
             self._disable("sampler", e)
             self._running = False
             return time.monotonic()
 
-    def _probe_failed(self, probe: Probe, exc: BaseException) -> None:
-        self._disable(f"probe {probe.name}", exc)
+    def _other_thread(self) -> bool:
+        """The first ``step()`` binds the session to its thread; True for a call from another
+        thread after that (ignored, with one warning)."""
+        if self._thread is None:
+            self._thread = threading.get_ident()
+            return False
+        if not self._warned_thread:
+            self._warned_thread = True
+            import warnings
+
+            warnings.warn(
+                "memwatch: MemWatch.step() was called from a thread other than the one that "
+                "started the session; such calls are ignored (one session samples one training "
+                "thread: start it from the thread that trains, or give each thread its own "
+                "session).", MemWatchWarning, stacklevel=3)
+        return True
 
     def _disable(self, component: str, exc: BaseException) -> None:
         if component in self.disabled:
@@ -368,95 +318,127 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
     # ------------------------------------------------------------------ checks
     def end_epoch(self) -> list[Finding]:
         """Close the epoch and judge it (a check): returns the new findings (never raises)."""
-        if not self._running or self.timeline is None:
+        tl = self.timeline
+        if not self._running or tl is None:
             return []
         try:
-            summary = self.timeline.end_epoch()
+            summary = tl.end_epoch()
         except Exception as e:  # noqa: BLE001
             self._disable("epoch summary", e)
             return []
-        self.epoch += 1
-        return self._check(summary, "epoch_end")
+        self._epoch += 1
+        return self._checker.check(summary, "epoch_end", self._epoch)
+
+    def _sink_sample(self, step: int) -> None:
+        self._sinks.metrics(step, self.latest())
+
+    def _ranks_doc(self) -> dict[str, Any] | None:
+        from memwatch.bundle.documents import ranks_doc
+
+        ex = self._checker.exchange
+        return ranks_doc(self.rank_last_seen, self.job, getattr(ex, "missing", None) or [],
+                         getattr(ex, "broken", None))
+
+    def add_sink(self, sink: Any) -> None:
+        """Add a :class:`memwatch.sinks.Sink` (integrations call this once they found a logger)."""
+        self._sinks.add(sink)
+        if self._running:
+            self._plan()
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the run to stop gracefully (the watchdog's ``"stop"`` action): sets
+        :attr:`should_stop` and :attr:`stop_reason` (the first reason is kept)."""
+        self._runtime.request_stop(reason)
+
+    # ------------------------------------------------------------------ flight recorder
+    def dump(self, reason: str, exc: BaseException | None = None) -> Path | None:
+        """Write a bundle now (``trigger="manual"``); returns its path, or None (never raises)."""
+        return self._runtime.dump(reason, exc)
+
+    def handle_exception(self, exc: BaseException) -> Path | None:
+        """The one entry point for a failure: classify ``exc``, write a bundle if configured for
+        its class (reusing the pre-unwind OOM capture), tag ``exc`` with a note and a
+        ``memwatch_bundle`` attribute. Never replaces or swallows ``exc``; one bundle per
+        exception."""
+        return self._runtime.handle_exception(exc)
+
+    def capture_oom(self) -> AbstractContextManager[None]:
+        """An OOM raised inside gets a bundle (whatever ``bundle_on`` says); every exception is
+        re-raised unchanged."""
+        return self._runtime.capture_oom()
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of this session (plain data: its epoch summaries, step count,
+        epoch and findings), so a resumed run's verdicts span the restart. Never raises. See
+        :class:`memwatch.session.checkpoint.Checkpointer`."""
+        return self._checkpoints.export(self.timeline, self.step_count, self.epoch,
+                                        self.findings)
+
+    def load_state_dict(self, state: Any) -> None:
+        """Continue from a :meth:`state_dict` saved before a restart, before ``start()`` or after
+        it (before the first epoch end): the epochs are replayed through the analyzer, the
+        findings restored, the step numbering continued. A state that cannot be used logs a
+        warning and the session starts fresh; never raises."""
+        if self.timeline is None:
+            self._checkpoints.hold(state)
+            return
+        self._restore(state)
+
+    def _restore(self, state: Any) -> None:
+        epoch = self._checkpoints.restore(state, self._sampling, self._checker)
+        if epoch is None:
+            return
+        self._epoch = max(self._epoch, epoch)
+        if self._running:  # the periodic work was scheduled from the old step count
+            self._plan()
 
     # ------------------------------------------------------------------ reading
     def latest(self) -> dict[str, float]:
         """The last sample as a flat dict of metric -> value (bytes, counts)."""
-        return self.timeline.latest() if self.timeline is not None else {}
+        return self._sampling.latest()
 
     @property
     def epochs(self) -> list[EpochSummary]:
-        return self.timeline.epochs if self.timeline is not None else []
+        tl = self.timeline
+        return tl.epochs if tl is not None else []
 
     def limits(self) -> dict[str, float]:
-        """Known byte limits per metric (device total, cgroup or physical memory).
-
-        Inside a memory cgroup the kernel kills when the whole job (this process, its workers,
-        everything else in the cgroup) fills the limit, so a host or worker metric's limit is
-        its own value plus the room the cgroup has left: ``value + limit - working_set``.
-        """
-        out: dict[str, float] = {}
-        for p in self.probes:
-            try:
-                out.update(p.limits())
-            except Exception:  # noqa: BLE001
-                continue
-        latest = self.latest()
-        limit, used = latest.get("cgroup.limit"), latest.get("cgroup.working_set")
-        if limit and used is not None and math.isfinite(limit) and math.isfinite(used):
-            room = max(0.0, limit - used)
-            for m in _JOB_SHARED:
-                v = latest.get(m)
-                if v is not None and math.isfinite(v):
-                    out[m] = min(out.get(m, math.inf), v + room)
-        return out
+        """Known byte limits per metric (device total, cgroup or physical memory); inside a
+        memory cgroup a host or worker metric's limit is its own value plus the room the cgroup
+        has left."""
+        return self._sampling.limits()
 
     def after_fork_in_child(self) -> None:
         """In a forked child (a DataLoader worker), which inherits a copy of this session: it
         must not sample, write bundles or join a thread that does not exist there."""
         self._running = False
         self._closed = True
-        if self._sampler is not None:
-            self._sampler.forget_after_fork()
-        if self.blackbox is not None:
-            self.blackbox.forget_after_fork()
-        if self._tracer is not None:  # tracemalloc that memwatch started: nothing reads it here
-            self._tracer = None
-            from memwatch.analysis.allocations import after_fork_in_child
-
-            after_fork_in_child()
+        self._sampling.after_fork_in_child()
+        self._runtime.after_fork_in_child()
+        self._checker.after_fork_in_child()
 
     def worker_details(self) -> list[dict[str, float]]:
-        p = self._probe("workers")
+        p = self._sampling.probe("workers")
         return p.per_worker() if p is not None else []
 
     def worker_reading(self, pid: int) -> dict[str, float] | None:
         """The last reading of DataLoader worker ``pid``, also after it died."""
-        p = self._probe("workers")
+        p = self._sampling.probe("workers")
         return p.last_reading(pid) if p is not None else None
 
     def cgroup_info(self) -> dict[str, Any] | None:
         """Which memory cgroup is watched, its version and limit, and its OOM-kill counter at
         start and now (one read); None without a cgroup probe."""
-        p = self._probe("cgroup")
-        if p is None:
-            return None
-        return {**p.describe(), "oom_kills_at_start": self._oom_kills_at_start,
-                "oom_kills": p.oom_kills()}
+        return self._sampling.cgroup_info()
 
-    def _probe(self, name: str) -> Any:
-        return next((p for p in self.probes if p.name == name), None)
-
-
-#: Metrics whose limit, inside a memory cgroup, is what the rest of the job leaves them.
-_JOB_SHARED = ("host.rss", "host.uss", "host.pss", "host.rss_anon", "host.rss_shmem",
-               "workers.uss", "workers.pss", "workers.rss")
 
 #: Every started session: a forked child (a DataLoader worker) makes its copies inert.
 _in_children = ForkRegistry("after_fork_in_child")
 
 
 @contextmanager
-def watch(**kwargs: Any) -> Iterator[MemWatch]:
+def watch(**options: Unpack[WatchOptions]) -> Iterator[MemWatch]:
     """Context-manager form of :class:`MemWatch`: started on entry, closed on exit.
 
     Example::
@@ -468,7 +450,7 @@ def watch(**kwargs: Any) -> Iterator[MemWatch]:
         >>> mw.step_count
         3
     """
-    mw = MemWatch(**kwargs)
+    mw = MemWatch(**options)
     mw.start()
     try:
         yield mw

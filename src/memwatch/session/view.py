@@ -10,15 +10,11 @@ from memwatch.core.protocols import LiveRun
 
 __all__ = ["SessionReader"]
 
-#: What a :class:`memwatch.core.protocols.SessionView` may read of the session, as it is.
-_READABLE = frozenset({"out_dir", "step_count", "epoch", "rank", "job", "device", "timeline",
-                       "total_steps"})
-
 
 class SessionReader:
     """The read-only :class:`memwatch.core.protocols.SessionView` of one :class:`MemWatch`:
     what the flight recorder, the watchdog and the rank exchange may read of it, live, and
-    nothing else (reading anything more raises AttributeError; nothing can be set).
+    nothing else (there is nothing else to read, and nothing can be set).
 
     Example::
 
@@ -29,7 +25,7 @@ class SessionReader:
         >>> mw.view.recorder  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        AttributeError: a session view reads only: cgroup_info(), device, epoch, findings, ...
+        AttributeError: 'SessionReader' object has no attribute 'recorder'
     """
 
     __slots__ = ("_mw",)
@@ -38,15 +34,44 @@ class SessionReader:
     def __init__(self, mw: LiveRun) -> None:
         object.__setattr__(self, "_mw", mw)
 
-    def __getattr__(self, name: str) -> Any:
-        if name in _READABLE:
-            return getattr(self._mw, name)
-        shown = sorted([*_READABLE, "findings", "latest()", "limits()", "cgroup_info()",
-                        "worker_reading()"])
-        raise AttributeError(f"a session view reads only: {', '.join(shown)}")
-
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("a session view is read-only")
+
+    @property
+    def out_dir(self) -> str:
+        return self._mw.out_dir
+
+    @property
+    def step_count(self) -> int:
+        return self._mw.step_count
+
+    @property
+    def epoch(self) -> int:
+        return self._mw.epoch
+
+    @property
+    def rank(self) -> Any:
+        return self._mw.rank
+
+    @property
+    def job(self) -> Any:
+        return self._mw.job
+
+    @property
+    def device(self) -> Any:
+        return self._mw.device
+
+    @property
+    def timeline(self) -> Any:
+        return self._mw.timeline
+
+    @property
+    def total_steps(self) -> int | None:
+        return self._mw.total_steps
+
+    @property
+    def steps_per_epoch(self) -> int | None:
+        return self._mw.steps_per_epoch
 
     @property
     def findings(self) -> Sequence[Finding]:

@@ -222,6 +222,7 @@ class Timeline:
         buckets_per_epoch: int = 256,
         detailed_epochs: int = 8,
         max_epochs: int = 1024,
+        n_fast: int | None = None,
     ) -> None:
         if capacity < 16:
             raise ValueError(f"capacity must be >= 16, got {capacity}")
@@ -234,6 +235,12 @@ class Timeline:
         self._times = np.zeros(self.capacity, dtype=np.float64)
         self._n = 0  # samples appended, ever
         self._flushed = 0  # samples already reduced into buckets
+        # record(): the first ``n_fast`` columns come with every sample; the others are the
+        # background reader's values, which change once per poll: they are written in bulk
+        # (rows [_slow_from, _n) get _slow) when they change or before the rows are reduced.
+        self._n_fast = m if n_fast is None else int(n_fast)
+        self._slow: Sequence[float] | None = None
+        self._slow_from = 0
         self._flush_every = min(256, self.capacity // 2)
         self._epoch = _Span(m, buckets_per_epoch)  # the epoch in progress
         self._segment = _Span(m, buckets_per_epoch)  # the stretch since the last check
@@ -245,14 +252,65 @@ class Timeline:
 
     # ------------------------------------------------------------------ hot path
     def append(self, step: int, t: float, values: Sequence[float]) -> None:
-        """Store one sample. O(1); the vectorised bucket reduction runs every few calls."""
+        """Store one sample (every column). O(1); the vectorised bucket reduction runs every few
+        calls."""
+        self._fill_slow()
         i = self._n % self.capacity
         self._data[i] = values
         self._steps[i] = step
         self._times[i] = t
         self._n += 1
+        self._slow_from = self._n
         if self._n - self._flushed >= self._flush_every:
             self._flush()
+
+    def record(self, step: int, t: float, fast: Sequence[float],
+               slow: Sequence[float]) -> None:
+        """Store one sample from its parts: ``fast`` for the first ``n_fast`` columns, ``slow``
+        for the rest. ``slow`` is the background reader's published list, replaced (never
+        mutated) at each poll: while it is the same object the slow columns are not written
+        per sample, only when it changes and before the rows are read. O(1), and a few scalar
+        writes instead of converting a list into a numpy row."""
+        if slow is not self._slow:
+            self._fill_slow()  # the rows so far get the values they were taken with
+            self._slow = slow
+        i = self._n % self.capacity
+        d = self._data
+        j = 0
+        for v in fast:
+            d[i, j] = v
+            j += 1
+        self._steps[i] = step
+        self._times[i] = t
+        self._n += 1
+        if self._n - self._flushed >= self._flush_every:
+            self._flush()
+
+    def _fill_slow(self) -> None:
+        """Write the slow columns of the rows recorded since they were last written."""
+        a, b, slow = self._slow_from, self._n, self._slow
+        self._slow_from = b
+        if slow is None or b <= a or self._n_fast >= len(self.keys):
+            return
+        vals = np.asarray(slow, dtype=np.float64)
+        a = max(a, b - self.capacity)
+        i, k = a % self.capacity, b - a
+        nf = self._n_fast
+        if i + k <= self.capacity:
+            self._data[i:i + k, nf:] = vals
+        else:
+            self._data[i:, nf:] = vals
+            self._data[:i + k - self.capacity, nf:] = vals
+
+    def _pending_slow(self, rows: FloatArray, start_n: int) -> FloatArray:
+        """``rows`` (samples from ``start_n`` on) with the slow values not yet written: a read
+        never writes the ring (other threads read it too)."""
+        a, slow = self._slow_from, self._slow
+        if slow is None or a >= start_n + len(rows) or self._n_fast >= len(self.keys):
+            return rows
+        rows = rows.copy()
+        rows[max(a - start_n, 0):, self._n_fast:] = np.asarray(slow, dtype=np.float64)
+        return rows
 
     # ------------------------------------------------------------------ epochs
     def _rows(self, start_n: int, end_n: int) -> tuple[FloatArray, IntArray, FloatArray]:
@@ -265,11 +323,12 @@ class Timeline:
         a, k = start_n % self.capacity, end_n - start_n
         if a + k <= self.capacity:
             sl = slice(a, a + k)
-            return self._data[sl], self._steps[sl], self._times[sl]
+            return self._pending_slow(self._data[sl], start_n), self._steps[sl], self._times[sl]
         idx = np.r_[a : self.capacity, 0 : a + k - self.capacity]
-        return self._data[idx], self._steps[idx], self._times[idx]
+        return self._pending_slow(self._data[idx], start_n), self._steps[idx], self._times[idx]
 
     def _flush(self) -> None:
+        self._fill_slow()
         rows, steps, _ = self._rows(self._flushed, self._n)
         if len(rows):
             for span in (self._epoch, self._segment):
@@ -389,7 +448,7 @@ class Timeline:
     def latest(self) -> dict[str, float]:
         if self._n == 0:
             return {}
-        row = self._data[(self._n - 1) % self.capacity]
+        row = self._pending_slow(self._data[(self._n - 1) % self.capacity:][:1], self._n - 1)[0]
         return {k: float(row[i]) for i, k in enumerate(self.keys)}
 
     def series(self, key: str, current_epoch_only: bool = False) -> tuple[IntArray, FloatArray]:

@@ -6,7 +6,7 @@ count in RSS, but they are page cache the kernel drops (or writes back) as soon 
 needed. RSS then grows steadily while anonymous memory is flat, which the leak rules would call a
 leak or allocator retention. The host probe's background read of ``/proc/self/status`` splits
 RSS into ``host.rss_anon``, ``host.rss_file`` and ``host.rss_shmem``; when file-backed pages are
-most of a ``host.rss`` growth the leak rules judged, this module says so (``mapped_file``, info),
+most of a ``host.rss`` growth the leak rule judged, this module says so (``mapped_file``, info),
 and :mod:`.leak` judges the anonymous and shared-memory parts on their own, so a real leak beside
 a mapped file is still reported.
 """
@@ -14,20 +14,14 @@ a mapped file is still reported.
 from __future__ import annotations
 
 import dataclasses
-import logging
-import os
-import sys
+from collections.abc import Callable, Mapping
 
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
-from memwatch.analysis.shapes import EpochStats
+from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.core.findings import Finding
 from memwatch.core.units import fmt_bytes
-from memwatch.probes import procfs
 
-__all__ = ["FILE", "PARTS", "RssSplitGrowth", "judge", "one_per_culprit", "parts_history",
-           "split_growth"]
-
-log = logging.getLogger("memwatch")
+__all__ = ["FILE", "PARTS", "RssSplitGrowth", "judge_growth", "parts_history", "split_growth"]
 
 #: File-backed resident pages (``RssFile``).
 FILE = "host.rss_file"
@@ -75,7 +69,7 @@ def _growth(hist: list[EpochStats] | None, first: str, last: str
     return b.floor - a.floor, max(h.threshold for h in between)
 
 
-def split_growth(history: dict[str, list[EpochStats]]) -> RssSplitGrowth | None:
+def split_growth(history: Mapping[str, list[EpochStats]]) -> RssSplitGrowth | None:
     """How ``host.rss`` and its parts grew over the last (up to) three units judged, floor to
     floor; None without the split (off Linux, a kernel before 4.5, too few units)."""
     rss = history.get("host.rss")
@@ -102,24 +96,25 @@ def split_growth(history: dict[str, list[EpochStats]]) -> RssSplitGrowth | None:
     )
 
 
-def judge(history: dict[str, list[EpochStats]], ctx: CheckContext,
-          cfg: AnalyzerConfig) -> Finding | None:
+def judge_growth(history: Mapping[str, list[EpochStats]], ctx: CheckContext,
+                 cfg: AnalyzerConfig,
+                 mapped_files: Callable[[], list[tuple[str, float]] | None]) -> Finding | None:
     """A ``mapped_file`` finding when file-backed pages explain the ``host.rss`` growth the leak
     rules judged, else None (RSS is then judged as one, as without the split)."""
     g = split_growth(history)
     if g is None or not g.file_explains(cfg):
         return None
-    files = ctx.mapped_files() if ctx.mapped_files is not None else _top_files()
+    files = mapped_files()
     # File-backed pages are also the code of the libraries the process runs: the first steps
     # and the first checks fault in tens of MiB of them. Only pages of data files (what
-    # ``smaps`` lists once libraries are left out) are a mapped dataset being read.
-    if sys.platform.startswith("linux") and \
-            sum(b for _, b in files) < cfg.mapped_file_share * g.file:
+    # ``smaps`` lists once libraries are left out) are a mapped dataset being read. (None: the
+    # system cannot list them; the file pages' share alone decides.)
+    if files is not None and sum(b for _, b in files) < cfg.mapped_file_share * g.file:
         return None
-    return _finding(ctx, g, files[:5])
+    return _finding(ctx, g, (files or [])[:5])
 
 
-def parts_history(history: dict[str, list[EpochStats]]) -> dict[str, list[EpochStats]]:
+def parts_history(history: Mapping[str, list[EpochStats]]) -> dict[str, list[EpochStats]]:
     """``history`` with each part's noise threshold raised to RSS's in the same unit.
 
     The parts are read in the background (every ``interval_s`` and after each check), so within
@@ -135,33 +130,6 @@ def parts_history(history: dict[str, list[EpochStats]]) -> dict[str, list[EpochS
             out[part] = [dataclasses.replace(h, threshold=max(h.threshold, rss.get(h.unit, 0.0)))
                          for h in history[part]]
     return out
-
-
-def one_per_culprit(findings: list[Finding]) -> list[Finding]:
-    """The parts' findings, one per named culprit: tensors kept from a DataLoader's workers grow
-    shared memory (their storage) and anonymous memory (their objects) together; the census
-    names the same culprit for both, and the part that grew most is the one to report."""
-    best: dict[str, Finding] = {}
-    out: list[Finding] = []
-    for f in findings:
-        if f.culprit is None:
-            out.append(f)
-            continue
-        seen = best.get(f.culprit)
-        if seen is None or (f.bytes_per_step or 0.0) > (seen.bytes_per_step or 0.0):
-            best[f.culprit] = f
-    return out + list(best.values())
-
-
-def _top_files() -> list[tuple[str, float]]:
-    """The data files most resident now (one ``smaps`` read, milliseconds: once per finding)."""
-    if not sys.platform.startswith("linux"):
-        return []
-    try:
-        return procfs.read_mapped_files(os.getpid(), top=10_000)
-    except Exception:  # noqa: BLE001 - evidence only; never fail a check over it
-        log.debug("memwatch: reading /proc/self/smaps failed", exc_info=True)
-        return []
 
 
 def _finding(ctx: CheckContext, g: RssSplitGrowth, files: list[tuple[str, float]]) -> Finding:

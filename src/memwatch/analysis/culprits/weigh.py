@@ -17,15 +17,17 @@ globals and attributes of instances of user-defined classes.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import itertools
-import os
 import sys
-import sysconfig
 import types
 from typing import Any
 
-from memwatch.analysis import graphs
+from memwatch.analysis.culprits import graphs
+from memwatch.analysis.culprits.evidence import ContainerGrowth
+from memwatch.analysis.culprits.ownership import is_user_module, is_user_type
+
+__all__ = ["CONTAINER_MIN_LEN", "CONTAINER_TYPES", "ContainerGrowth", "Scale", "container_growth",
+           "element_name", "new_elements", "objects_for", "untracked_dicts", "weigh_growth"]
 
 #: Containers shorter than this are not recorded (the census stays small).
 CONTAINER_MIN_LEN = 16
@@ -47,32 +49,6 @@ CONTAINER_TYPES: dict[type, str] = {
 _SHARED = frozenset({type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
                      types.CodeType, types.MethodType})
 _ATOMS = (str, bytes, bytearray, int, float, complex, bool, memoryview, type(None))
-_LIB_DIRS = tuple(p + os.sep for p in {
-    sysconfig.get_paths().get("stdlib", ""), sysconfig.get_paths().get("platstdlib", ""),
-    sysconfig.get_paths().get("purelib", ""), sysconfig.get_paths().get("platlib", ""),
-} if p)
-_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_user_type: dict[type, bool] = {}
-
-
-def is_user_module(mod: Any) -> bool:
-    """A module of the user's code: not the standard library, not an installed package."""
-    f = getattr(mod, "__file__", None)
-    if not isinstance(f, str):
-        return False
-    f = os.path.abspath(f)
-    return not f.startswith(_LIB_DIRS) and not f.startswith(_PKG_DIR) and \
-        "site-packages" not in f
-
-
-def is_user_type(tp: type) -> bool:
-    r = _user_type.get(tp)
-    if r is None:
-        mod = sys.modules.get(getattr(tp, "__module__", "") or "")
-        r = _user_type[tp] = mod is not None and is_user_module(mod)
-    return r
-
-
 def untracked_dicts(user_instances: list[Any]) -> dict[int, tuple[int, str]]:
     """Large dicts the collector does not track, held by user modules' globals or by attributes
     of user-class instances: ``id -> (len, "dict")``."""
@@ -103,24 +79,6 @@ def _is_tracked(o: Any) -> bool:
     import gc
 
     return gc.is_tracked(o)
-
-
-@dataclasses.dataclass
-class ContainerGrowth:
-    """A container that grew between two censuses, weighed."""
-
-    obj_id: int
-    kind: str  # "list", "dict", "deque", "set"
-    length: int
-    len_delta: int
-    new: bool  # not in the previous census (new, or shorter than CONTAINER_MIN_LEN then)
-    bytes_delta: float = 0.0
-    element: str = ""  # what the new elements are, e.g. "numpy arrays"
-    graph_nodes: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "length": self.length, "len_delta": self.len_delta,
-                "new": self.new, "bytes_delta": self.bytes_delta, "element": self.element}
 
 
 def container_growth(prev: dict[int, tuple[int, str]],

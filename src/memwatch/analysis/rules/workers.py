@@ -7,21 +7,32 @@ page has been copied. USS and RSS rising together is each worker accumulating it
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from memwatch.analysis import explain, worker_count
-from memwatch.analysis.context import AnalyzerConfig, CheckContext
-from memwatch.analysis.forecast import consequence, remaining_steps
-from memwatch.analysis.leak import Once, verdict
-from memwatch.analysis.shapes import EpochStats, last_value
-from memwatch.core.findings import Finding
+from memwatch.analysis.context import AnalyzerConfig
+from memwatch.analysis.rules import worker_count
+from memwatch.analysis.rules.base import Rule, RuleInput
+from memwatch.analysis.rules.leak import accumulation, plateau
+from memwatch.analysis.rules.words import forecast_words, span, where
+from memwatch.analysis.stats.forecast import consequence, remaining_steps, steps_to_limit
+from memwatch.analysis.stats.held import verdict
+from memwatch.analysis.stats.shapes import EpochStats, last_value
+from memwatch.core.findings import Finding, Origin, Severity
+from memwatch.core.units import fmt_bytes
 from memwatch.timeline import EpochSummary
 
-__all__ = ["judge"]
+__all__ = ["RULE", "judge"]
+
+METRIC = "workers.uss"
 
 
-def judge(metric: str, summary: EpochSummary, history: dict[str, list[EpochStats]],
-          ctx: CheckContext, cfg: AnalyzerConfig, once: Once) -> list[Finding]:
+def judge(inp: RuleInput) -> list[Finding]:
+    """The verdict on the DataLoader workers' private memory at this check."""
+    metric, summary, history, ctx, cfg = METRIC, inp.summary, inp.history, inp.ctx, inp.cfg
+    if ctx.defer_leaks or metric not in inp.stats or "workers.count" not in summary.keys:
+        return []
     hist = history[metric]
     cur = hist[-1]
     rss_hist = history.get("workers.rss", [])
@@ -32,7 +43,7 @@ def judge(metric: str, summary: EpochSummary, history: dict[str, list[EpochStats
     if worker_count.rising(history.get(worker_count.COUNT, [])):
         # More workers, not bigger ones: the count's own finding (once it names who keeps the
         # old DataLoaders), never "each worker accumulates its own state".
-        f = worker_count.judge(history, ctx, cfg)
+        f = worker_count.judge(history, ctx, cfg, inp.evidence.loaders_with_workers)
         return [f] if f is not None else []
     uss_gain = max(cur.rise, cur.growth)
     rss_gain = max(rss.rise, rss.growth) if rss is not None else 0.0
@@ -42,8 +53,7 @@ def judge(metric: str, summary: EpochSummary, history: dict[str, list[EpochStats
     if not cow and len(hist) == 1:
         cow = _first_unit_cow(summary, cur, cfg, copied)
     if cow:
-        return once(metric, "plateau",
-                    explain.worker_cow(ctx.origin, metric, cur, rss, int(count), cow))
+        return [worker_cow(ctx.origin, metric, cur, rss, int(count), cow)]
     # Three units of evidence for workers: their warm-up often spans the first two. Units in
     # which workers were still starting (the count's floor below today's) are no evidence.
     steady = _steady(hist, history.get(worker_count.COUNT, []))
@@ -54,17 +64,16 @@ def judge(metric: str, summary: EpochSummary, history: dict[str, list[EpochStats
         limit = ctx.limit("host.rss")
         slope = cur.slope if cur.shape == "growing" else \
             (steady[-1].floor - steady[-2].floor) / max(cur.n_steps, 1)
-        steps_to_oom = (limit - cur.peak) / slope if limit and slope > 0 else None
-        return [explain.worker_leak(ctx.origin, metric, steady, slope, int(count), steps_to_oom,
-                                    consequence(steps_to_oom, cur, ctx, cfg), limit=limit,
-                                    remaining=remaining_steps(cur, ctx),
-                                    run_known=bool(ctx.total_steps))]
+        steps_to_oom = steps_to_limit(limit, cur.peak, slope)
+        return [worker_leak(ctx.origin, metric, steady, slope, int(count), steps_to_oom,
+                            consequence(steps_to_oom, cur, ctx, cfg), limit=limit,
+                            remaining=remaining_steps(cur, ctx),
+                            run_known=bool(ctx.total_steps))]
     if v == "accumulation":
         prev = steady[-2] if len(steady) > 1 else None
-        return once(metric, "accumulation",
-                    explain.accumulation(ctx.origin, metric, cur, prev))
+        return [accumulation(ctx.origin, metric, cur, prev)]
     if cur.shape == "plateau":
-        return once(metric, "plateau", explain.plateau(ctx.origin, metric, cur))
+        return [plateau(ctx.origin, metric, cur)]
     return []
 
 
@@ -142,3 +151,65 @@ def _first_unit_cow(summary: EpochSummary, cur: EpochStats, cfg: AnalyzerConfig,
     rss_gain = float(np.max(rss[first:]) - rss[first])
     cow = uss_gain > cur.threshold and uss_gain >= copied and rss_gain < 0.5 * uss_gain
     return uss_gain if cow else 0.0
+
+
+# --------------------------------------------------------------------------- wording
+
+def worker_leak(origin: Origin, metric: str, stats: list[EpochStats], slope: float,
+                workers: int, steps_to_oom: float | None, severity: Severity, *,
+                limit: float | None = None, remaining: float = math.inf,
+                run_known: bool = False) -> Finding:
+    cur = stats[-1]
+    seconds = None if steps_to_oom is None else steps_to_oom * cur.seconds_per_step
+    msg = (
+        f"{where(metric)} grows by {fmt_bytes(slope)} per step {span(stats)} "
+        f"({workers} workers, floor {fmt_bytes(stats[0].floor)} → {fmt_bytes(cur.floor)}), and "
+        "resident memory grows with it: each worker accumulates its own state (a per-worker "
+        "cache in the Dataset, growing lists in __getitem__), which copy-on-write does not "
+        "explain."
+    ) + forecast_words(limit, steps_to_oom, seconds, severity, remaining, run_known)
+    return origin.finding(
+        kind="leak", metric=metric, severity=severity, message=msg, bytes_per_step=slope,
+        steps_to_oom=steps_to_oom, seconds_to_oom=seconds,
+        culprit=f"DataLoader worker processes ({workers}): per-worker growth in the Dataset",
+        suggestions=[
+            "Bound any cache your Dataset fills in `__getitem__` (it exists once per worker), "
+            "or move it to shared storage (a numpy memmap, an Arrow table).",
+            "With `persistent_workers=False` workers restart every epoch, which caps the "
+            "growth at one epoch's worth.",
+        ],
+        evidence={"pattern": "per_worker_growth", "workers": workers,
+                  "epoch_floors": [s.floor for s in stats[-6:]],
+                  "mann_kendall_p": cur.trend.p},
+    )
+
+
+def worker_cow(origin: Origin, metric: str, cur: EpochStats, rss: EpochStats | None,
+               workers: int, copied: float) -> Finding:
+    msg = (
+        f"{where(metric)} rose by {fmt_bytes(copied)} while their resident "
+        "memory stayed flat: that is copy-on-write, not a leak. Forked workers share the "
+        "parent's pages until they touch them, and Python touches every object it reads "
+        "(reference counts), so shared pages become private one by one (pytorch#13246). It "
+        "stops when every page has been copied; summed RSS counts shared pages once per worker "
+        "and overstates it, USS/PSS are the honest numbers."
+    )
+    return origin.finding(
+        kind="plateau", metric=metric, severity="info", message=msg,
+        culprit=f"copy-on-write of the Dataset's Python objects in {workers} workers",
+        suggestions=[
+            "Keep the dataset in numpy arrays, a memmap or Arrow instead of lists/dicts of "
+            "Python objects: their pages are never written, so they stay shared.",
+        ],
+        evidence={"pattern": "copy_on_write", "workers": workers, "uss_rise": copied,
+                  "rss_rise": rss.rise if rss is not None else None},
+    )
+
+
+RULE = Rule(
+    name="workers",
+    kinds=frozenset({"leak", "accumulation", "plateau"}),
+    once=frozenset({"accumulation", "plateau"}),
+    judge=judge,
+    reads=(METRIC, "workers.rss", worker_count.COUNT),
+)

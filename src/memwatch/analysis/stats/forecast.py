@@ -1,5 +1,9 @@
 """Forecasts: how many steps until a growing metric reaches its limit, and what counts as soon.
 
+The one place the arithmetic lives: :func:`steps_to_limit` for any metric, :func:`forecast` for a
+leak of device memory (which must fit under the limit with its reserved cache and per-step peak
+too), :func:`consequence` for the severity that follows.
+
 On a device, allocations fail when *reserved* memory (allocated plus the allocator's cache) or
 the per-step *peak* reaches capacity, so a leak of allocated memory is extrapolated on each of
 them with its own rate, and the earliest crossing wins.
@@ -8,23 +12,43 @@ them with its own rate, and the earliest crossing wins.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from memwatch.analysis.context import AnalyzerConfig, CheckContext
-from memwatch.analysis.shapes import EpochStats
+from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.core.findings import Severity
 from memwatch.timeline import EpochSummary
 
-__all__ = ["consequence", "forecast", "remaining_steps"]
+if TYPE_CHECKING:
+    from memwatch.analysis.context import AnalyzerConfig, CheckContext
+
+__all__ = ["consequence", "forecast", "remaining_steps", "steps_to_limit"]
+
+
+def steps_to_limit(limit: float | None, peak: float, slope: float) -> float | None:
+    """Steps until a metric whose peak is ``peak`` and which grows by ``slope`` bytes per step
+    reaches ``limit``: None without a limit or without growth; 0 when the peak is already there.
+
+    Example::
+
+        >>> steps_to_limit(100.0, 60.0, 2.0), steps_to_limit(100.0, 120.0, 2.0)
+        (20.0, 0.0)
+        >>> steps_to_limit(None, 60.0, 2.0), steps_to_limit(100.0, 60.0, 0.0)
+        (None, None)
+    """
+    if not limit or slope <= 0 or math.isnan(peak):
+        return None
+    return max(limit - peak, 0.0) / slope
 
 
 def forecast(metric: str, summary: EpochSummary, cur: EpochStats, slope: float,
              limit: float | None,
-             history: dict[str, list[EpochStats]]) -> tuple[float, float | None]:
+             history: Mapping[str, list[EpochStats]]) -> tuple[float, float | None]:
     """(peak used, steps to OOM): the earliest crossing among the metrics that must fit."""
     peak_now = cur.peak
-    if limit is None or slope <= 0:
+    best = steps_to_limit(limit, cur.peak, slope)
+    if best is None:
         return peak_now, None
-    best = max(limit - cur.peak, 0.0) / slope
     if metric == "device.allocated":
         for k in ("device.peak", "device.reserved"):
             h = history.get(k)
@@ -32,10 +56,8 @@ def forecast(metric: str, summary: EpochSummary, cur: EpochStats, slope: float,
                 continue
             rate = h[-1].slope if h[-1].slope > 0 else slope
             pk = h[-1].peak
-            if math.isnan(pk):
-                continue
-            cand = max(limit - pk, 0.0) / rate
-            if cand < best:
+            cand = steps_to_limit(limit, pk, rate)
+            if cand is not None and cand < best:
                 best, peak_now = cand, pk
     return peak_now, best
 

@@ -15,10 +15,10 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from memwatch.analysis.culprits.ownership import is_user_file
+
 __all__ = ["AllocSite", "join"]
 
-_LIB_MARKERS = (os.sep + "torch" + os.sep, "site-packages", "dist-packages",
-                os.sep + "memwatch" + os.sep, "<frozen", "/lib/python")
 
 
 @dataclasses.dataclass
@@ -42,7 +42,7 @@ def _frame(f: dict[str, Any]) -> str:
 def _user_frame(frames: list[dict[str, Any]]) -> dict[str, Any] | None:
     for f in frames:
         name = str(f.get("filename", ""))
-        if name and not any(m in name for m in _LIB_MARKERS):
+        if name and is_user_file(name):
             return f
     return frames[0] if frames else None
 

@@ -8,19 +8,18 @@ whatever keeps the old DataLoaders. The verdict needs the **floor** of the count
 over a unit) to rise at two checks in a row: workers of a non-persistent loader come and go
 every epoch, and an eval loader's exist only while it runs, so neither moves the floor, whatever
 the sampling caught. The holder is named from the live DataLoaders whose worker processes are
-still running, found at the check (one pass over the collector's objects, only then).
+still running, asked of the evidence port at the check (one pass over the collector's objects,
+only then). Called by :mod:`.workers`, which judges the workers' memory.
 """
 
 from __future__ import annotations
 
-import gc
-import sys
-from typing import Any
+from collections.abc import Callable, Mapping
 
-from memwatch.analysis import holders
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
-from memwatch.analysis.forecast import consequence, remaining_steps
-from memwatch.analysis.shapes import EpochStats
+from memwatch.analysis.culprits.evidence import Holder
+from memwatch.analysis.stats.forecast import consequence, remaining_steps, steps_to_limit
+from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.core.findings import Finding
 from memwatch.core.units import fmt_bytes
 
@@ -37,8 +36,10 @@ def rising(count: list[EpochStats]) -> bool:
     return f[1] >= f[0] + 1 and f[2] >= f[1] + 1
 
 
-def judge(history: dict[str, list[EpochStats]], ctx: CheckContext,
-          cfg: AnalyzerConfig) -> Finding | None:
+def judge(history: Mapping[str, list[EpochStats]], ctx: CheckContext, cfg: AnalyzerConfig,
+          loaders_with_workers: Callable[[], tuple[int, Holder | None]]) -> Finding | None:
+    """A ``worker_count`` leak when the count's floor rose at each of the last two checks;
+    ``loaders_with_workers`` names who keeps the DataLoaders (asked only then)."""
     count = history.get(COUNT, [])
     uss = history.get("workers.uss", [])
     if not rising(count) or len(uss) < 3:
@@ -51,10 +52,10 @@ def judge(history: dict[str, list[EpochStats]], ctx: CheckContext,
     slope = max(uss_gain, 0.0) / max(steps, 1)
     limit = ctx.limit("host.rss")
     peak = uss[-1].peak
-    steps_to_oom = (limit - peak) / slope if limit and slope > 0 and limit > peak else None
+    steps_to_oom = steps_to_limit(limit, peak, slope)
     severity = consequence(steps_to_oom, uss[-1], ctx, cfg)
     seconds = None if steps_to_oom is None else steps_to_oom * uss[-1].seconds_per_step
-    loaders, holder = _who_keeps_loaders()
+    loaders, holder = loaders_with_workers()
     where = holder.describe() if holder is not None else None
     culprit = (f"{where} — {loaders} DataLoaders with live workers" if where else
                f"{loaders} DataLoaders with live workers" if loaders else
@@ -89,39 +90,3 @@ def judge(history: dict[str, list[EpochStats]], ctx: CheckContext,
                   "loaders_with_workers": loaders, "holder": where,
                   "remaining_steps": remaining_steps(uss[-1], ctx)},
     )
-
-
-def _who_keeps_loaders() -> tuple[int, Any]:
-    """(live DataLoaders whose workers run, the holder of the oldest of them)."""
-    torch = sys.modules.get("torch")
-    data = getattr(getattr(torch, "utils", None), "data", None) if torch is not None else None
-    loader_type = getattr(data, "DataLoader", None)
-    if loader_type is None:
-        return 0, None
-    live: list[Any] = []
-    is_loader: dict[type, bool] = {}
-    for o in gc.get_objects():
-        tp = type(o)  # not isinstance: it reads ``__class__``, which lazy modules act on
-        t = is_loader.get(tp)
-        if t is None:
-            t = is_loader[tp] = issubclass(tp, loader_type)
-        if t and _has_live_workers(o):
-            live.append(o)
-    n = len(live)
-    if not live:
-        return 0, None
-    oldest = live[0]
-    live.clear()
-    try:
-        return n, holders.holder_of(oldest, budget_s=2.0)
-    finally:
-        del oldest
-
-
-def _has_live_workers(loader: Any) -> bool:
-    it = getattr(loader, "_iterator", None)
-    workers = getattr(it, "_workers", None) if it is not None else None
-    try:
-        return any(w.is_alive() for w in list(workers or ()))
-    except Exception:  # noqa: BLE001 - a worker handle we cannot ask
-        return False

@@ -1,10 +1,9 @@
 """Allocation sites: which lines of user code allocated the Python memory that is still alive.
 
-The pieces :mod:`memwatch.analysis.allocations` diffs at every check: whether a file is the
-user's (not the standard library, an installed package or memwatch), the function around a line,
-the growth of one site (:class:`SiteGrowth`) and of all of them (:class:`AllocationDiff`), and
-:func:`group_traces`, which sums a tracemalloc snapshot by traceback without allocating per
-trace.
+The pieces :mod:`.allocations` diffs at every check: how a file's path reads, the function
+around a line, the growth of one site (:class:`SiteGrowth`) and of all of them
+(:class:`AllocationDiff`), and :func:`group_traces`, which sums a tracemalloc snapshot by
+traceback without allocating per trace. Whose file it is: :mod:`.ownership`.
 """
 
 from __future__ import annotations
@@ -12,15 +11,15 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
-import importlib
 import linecache
 import operator
 import os
-import sysconfig
 import tracemalloc
 from typing import Any
 
 import numpy as np
+
+from memwatch.analysis.culprits.ownership import excluded, is_user_file, library_prefixes
 
 #: Sites kept in a diff (the largest growth first).
 TOP_SITES = 10
@@ -34,44 +33,10 @@ TRACE_RSS_FACTOR = 2.0
 #: A traceback as tracemalloc keeps it: (file, line) pairs, innermost first.
 Frames = tuple[tuple[str, int], ...]
 
-_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_TRACEMALLOC_FILE = os.path.abspath(tracemalloc.__file__ or "tracemalloc.py")
-_IMPORTLIB_DIR = os.path.dirname(os.path.abspath(importlib.__file__ or "importlib")) + os.sep
+_LIBRARY = library_prefixes()
 
 
 # --------------------------------------------------------------------------- frames and files
-def _library_prefixes() -> tuple[str, ...]:
-    paths = set()
-    for name in ("stdlib", "platstdlib", "purelib", "platlib"):
-        try:
-            p = sysconfig.get_paths().get(name)
-        except Exception:  # noqa: BLE001 - an odd installation: fall back on the markers
-            p = None
-        if p:
-            paths.add(os.path.abspath(p) + os.sep)
-    return tuple(sorted(paths))
-
-
-_LIBRARY = _library_prefixes()
-
-
-@functools.lru_cache(maxsize=4096)
-def excluded(filename: str) -> bool:
-    """memwatch's own allocations, tracemalloc's and the import system's are never a culprit."""
-    return (filename.startswith(_PKG_DIR) or filename == _TRACEMALLOC_FILE
-            or filename.startswith("<frozen importlib") or filename.startswith(_IMPORTLIB_DIR))
-
-
-@functools.lru_cache(maxsize=4096)
-def is_user_file(filename: str) -> bool:
-    """Code the user wrote: not the standard library, an installed package or memwatch."""
-    if filename.startswith("<"):
-        return not filename.startswith(("<frozen", "<unknown"))  # "<string>", "<stdin>": user
-    if excluded(filename) or "site-packages" in filename or "dist-packages" in filename:
-        return False
-    return not filename.startswith(_LIBRARY)
-
-
 def short_path(filename: str, cwd: str | None = None) -> str:
     """``train.py`` (relative to the working directory), ``torch/nn/modules/module.py`` (inside
     an installed package), ``json/decoder.py`` (the standard library), else the last two parts."""

@@ -3,10 +3,10 @@
 A census walks the garbage collector's objects once, groups live tensors by (device, dtype, shape,
 requires_grad, grad_fn type) and deduplicates bytes by storage (a view's base storage is counted
 with the view: whoever holds the view holds the base). It also counts the autograd nodes behind
-tensors with history (:mod:`graphs`) and records the length of large containers
-(:mod:`weigh`), so that growth of Python objects and of graphs is measured in bytes. Diffing two
+tensors with history (:mod:`.graphs`) and records the length of large containers
+(:mod:`.weigh`), so that growth of Python objects and of graphs is measured in bytes. Diffing two
 censuses taken at checks names what grew; a bounded walk up ``gc.get_referrers``
-(:mod:`holders`) names who holds it.
+(:mod:`.holders`) names who holds it.
 
 Costs are measured and returned with every result; nothing here ever runs per step.
 """
@@ -14,18 +14,16 @@ Costs are measured and returned with every result; nothing here ever runs per st
 from __future__ import annotations
 
 import collections
-import dataclasses
 import gc
-import os
 import sys
 import time
 from typing import Any
 
-from memwatch.analysis import graphs, weigh
+from memwatch.analysis.culprits import graphs, ownership, weigh
+from memwatch.analysis.culprits.evidence import Census, Group, GroupGrowth, GroupKey
 
-GroupKey = tuple[str, str, tuple[int, ...], bool, str]
-
-_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+__all__ = ["Census", "Group", "GroupGrowth", "GroupKey", "diff", "take_census", "tensor_census",
+           "type_growth"]
 
 _MAX_IDS_PER_GROUP = 4096
 #: Instances of user classes whose attributes are looked at for untracked dicts: the holders
@@ -34,87 +32,12 @@ _MAX_IDS_PER_GROUP = 4096
 _MAX_USER_INSTANCES = 20_000
 
 
-@dataclasses.dataclass
-class Group:
-    device: str
-    dtype: str
-    shape: tuple[int, ...]
-    requires_grad: bool
-    grad_fn: str  # "" when the tensor has no autograd history
-    count: int = 0
-    bytes: int = 0
-    ids: list[int] = dataclasses.field(default_factory=list)
-    graph_nodes: int = 0  # autograd nodes first reached from this group's tensors
-    graph_bytes: int = 0  # their estimated bytes (native nodes + saved tensors)
-    views: int = 0  # tensors of the group that are views (their bytes: the bases' storages)
-
-    @property
-    def key(self) -> GroupKey:
-        return (self.device, self.dtype, self.shape, self.requires_grad, self.grad_fn)
-
-    def describe(self) -> str:
-        shape = "x".join(str(s) for s in self.shape) or "scalar"
-        s = f"{self.dtype.replace('torch.', '')}[{shape}] on {self.device}"
-        if self.grad_fn:
-            s += f", grad_fn={self.grad_fn}"
-        elif self.requires_grad:
-            s += ", requires_grad"
-        return s
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "dtype": self.dtype,
-            "shape": list(self.shape),
-            "requires_grad": self.requires_grad,
-            "grad_fn": self.grad_fn or None,
-            "count": self.count,
-            "bytes": self.bytes,
-            "graph_nodes": self.graph_nodes,
-            "graph_bytes": self.graph_bytes,
-        }
-
-
-@dataclasses.dataclass
-class Census:
-    """A census of live tensors and of Python objects by type."""
-
-    groups: dict[GroupKey, Group]
-    tensors: int
-    tensor_bytes: dict[str, int]  # per device
-    objects: int
-    types: collections.Counter[str]
-    elapsed_ms: float
-    taken_at: float
-    #: id -> (length, kind) of every container of at least ``weigh.CONTAINER_MIN_LEN`` items
-    #: (memwatch's own left out)
-    containers: dict[int, tuple[int, str]] = dataclasses.field(default_factory=dict)
-    graph_nodes: int = 0
-    graph_truncated: bool = False
-
-    def to_dict(self, top_n: int = 20) -> dict[str, Any]:
-        top = sorted(self.groups.values(), key=lambda g: (g.bytes, g.count), reverse=True)
-        return {
-            "tensors_scanned": self.tensors,
-            "objects_scanned": self.objects,
-            "total_bytes": sum(self.tensor_bytes.values()),
-            "bytes_by_device": dict(self.tensor_bytes),
-            "elapsed_ms": round(self.elapsed_ms, 2),
-            "graph_nodes": self.graph_nodes,
-            "containers_recorded": len(self.containers),
-            "groups": [g.to_dict() for g in top[:top_n]],
-        }
-
-
 def _torch() -> Any | None:
     return sys.modules.get("torch")
 
 
 def _type_name(tp: type) -> str | None:
-    mod = getattr(tp, "__module__", None)
-    if isinstance(mod, str) and (mod == "memwatch" or mod.startswith("memwatch.")):
-        return None
-    return tp.__qualname__
+    return None if ownership.is_own_type(tp) else tp.__qualname__
 
 
 def _type_info(tp: type, tensor_type: Any) -> tuple[str | None, str | None, bool, bool]:
@@ -123,7 +46,7 @@ def _type_info(tp: type, tensor_type: Any) -> tuple[str | None, str | None, bool
     some lazy objects turn into a deprecation warning or an import."""
     kind = weigh.CONTAINER_TYPES.get(tp)
     is_tensor = tensor_type is not None and issubclass(tp, tensor_type)
-    return (_type_name(tp), kind, kind is None and not is_tensor and weigh.is_user_type(tp),
+    return (_type_name(tp), kind, kind is None and not is_tensor and ownership.is_user_type(tp),
             is_tensor)
 
 
@@ -244,7 +167,7 @@ def _drop_own(containers: dict[int, tuple[int, str]], own: list[Any]) -> None:
     groups, a store's dict of lists): they grow with the run by design."""
     frontier: list[Any] = []
     for name, mod in list(sys.modules.items()):  # memwatch's module-level caches
-        if name == "memwatch" or name.startswith("memwatch."):
+        if ownership.is_own_module_name(name):
             d = getattr(mod, "__dict__", None)
             if isinstance(d, dict):
                 frontier.extend(v for v in d.values() if type(v) in weigh.CONTAINER_TYPES)
@@ -274,21 +197,6 @@ def tensor_census(top_n: int = 20) -> dict[str, Any]:
     """A JSON-able census of live tensors: the largest groups first (used by OOM bundles)."""
     c = take_census()
     return c.to_dict(top_n)
-
-
-@dataclasses.dataclass
-class GroupGrowth:
-    group: Group
-    count_delta: int
-    bytes_delta: int
-    new_ids: list[int]
-    graph_nodes_delta: int = 0
-    graph_bytes_delta: int = 0
-
-    @property
-    def effective_bytes(self) -> int:
-        """What the group's growth holds: its storages plus its autograd graphs' growth."""
-        return self.bytes_delta + max(self.graph_bytes_delta, 0)
 
 
 def diff(prev: Census, cur: Census, device_prefix: str | None = None) -> list[GroupGrowth]:

@@ -1,14 +1,14 @@
 """Attribution: from the growth of a metric to the objects that explain it, and who holds them.
 
-Two censuses of live objects taken at two checks (:mod:`memwatch.analysis.census`) are diffed;
-the groups that grew are ranked by the bytes they hold (a tensor with autograd history counts the
-saved tensors of its graph too), and for the first candidates a bounded walk names the holder
-(:mod:`memwatch.analysis.holders`). On the host, growth that no live object explains is allocator
-retention, not a leak. With tracing on, allocation sites (:mod:`memwatch.analysis.allocations`)
-add what the census cannot see.
+Two censuses of live objects taken at two checks (:mod:`.census`) are diffed; the groups that
+grew are ranked by the bytes they hold (a tensor with autograd history counts the saved tensors
+of its graph too), and for the first candidates a bounded walk names the holder (:mod:`.holders`).
+On the host, growth that no live object explains is allocator retention, not a leak. With tracing
+on, allocation sites (:mod:`.allocations`, judged by :mod:`.traced`) add what the census cannot
+see.
 
-The result is one typed :class:`Attribution` record, which the messages
-(:mod:`memwatch.analysis.explain`) and the finding's evidence are built from.
+The result is one typed :class:`~memwatch.analysis.culprits.evidence.Attribution` record, which
+the culprit wording (:mod:`.wording`) and the finding's evidence are built from.
 """
 
 from __future__ import annotations
@@ -17,103 +17,18 @@ import dataclasses
 import time
 from typing import Any
 
-from memwatch.analysis import census as census_mod
-from memwatch.analysis import device_sites, weigh
-from memwatch.analysis import holders as holders_mod
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
-from memwatch.analysis.shapes import EpochStats
+from memwatch.analysis.culprits import census as census_mod
+from memwatch.analysis.culprits import device_sites, weigh
+from memwatch.analysis.culprits import holders as holders_mod
+from memwatch.analysis.culprits.evidence import Attribution, CensusPair, GroupGrowth
+from memwatch.analysis.culprits.evidence import ContainerGrowth as _Container
+from memwatch.analysis.stats.shapes import EpochStats
 
-__all__ = ["Attribution", "CensusRecord", "attribute", "attribute_traced", "traced_explains"]
-
-
-@dataclasses.dataclass
-class CensusRecord:
-    """A census taken at one check, with the process's RSS at that check."""
-
-    epoch: int
-    census: census_mod.Census
-    rss: float
-    step: int = 0  # the optimizer step the census was taken at
+__all__ = ["alloc_sites_of", "attribute"]
 
 
-@dataclasses.dataclass
-class Attribution:
-    """What explains one metric's growth between two censuses.
-
-    Attributes:
-        census_note: why there is no census diff (``census="never"``, or not taken at two
-            checks yet); None when there is one.
-        group: the growing group of live tensors named as the culprit, or
-        container: the growing container named as the culprit (each the largest growth in
-            bytes, autograd graphs and views' bases included, whose holder could be named).
-        holder: who keeps one of that group's new objects alive.
-        graph_bytes: bytes the group's autograd graphs grew by (nodes and saved tensors).
-        explained_bytes / rss_growth_bytes: host only: what live objects explain of the RSS
-            growth between the two censuses.
-        retention: host growth that live objects do not explain (allocator retention).
-        own_growth: the growth is memwatch's own tracing bookkeeping.
-        site: the allocation site named when no holder of tensors was (tracing on).
-    """
-
-    census_note: str | None = None
-    census_ms: float | None = None
-    objects_scanned: int | None = None
-    tensors_scanned: int | None = None
-    census_epochs: list[int] | None = None
-    growing_groups: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    python_object_growth: list[tuple[str, int]] = dataclasses.field(default_factory=list)
-    group: census_mod.GroupGrowth | None = None
-    container: weigh.ContainerGrowth | None = None
-    chosen: Any = None  # the candidate named (group or container)
-    containers: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    graph_nodes: int = 0
-    alloc_sites: list[Any] = dataclasses.field(default_factory=list)  # device_sites.AllocSite
-    holder: holders_mod.Holder | None = None
-    graph_bytes: int = 0
-    effective_bytes: float = 0.0
-    attribution_ms: float | None = None
-    explained_bytes: float | None = None
-    rss_growth_bytes: float | None = None
-    retention: bool = False
-    own_growth: bool = False
-    tracemalloc: list[dict[str, Any]] | None = None
-    tracemalloc_summary: dict[str, Any] | None = None
-    site: Any = None  # sites.SiteGrowth
-
-    def evidence(self) -> dict[str, Any]:
-        """The keys a finding's evidence carries about its attribution."""
-        ev: dict[str, Any] = {}
-        if self.census_note is not None:
-            ev["census"] = self.census_note
-        else:
-            ev.update(census_ms=self.census_ms, objects_scanned=self.objects_scanned,
-                      tensors_scanned=self.tensors_scanned, census_epochs=self.census_epochs,
-                      growing_groups=self.growing_groups,
-                      python_object_growth=self.python_object_growth,
-                      growing_containers=self.containers[:8], graph_nodes=self.graph_nodes)
-            if self.attribution_ms is not None:
-                ev["attribution_ms"] = self.attribution_ms
-            if self.group is not None:
-                ev["graph_bytes"] = self.graph_bytes
-                ev["graph_nodes_delta"] = self.group.graph_nodes_delta
-            if self.chosen is not None:
-                ev["culprit_bytes"] = self.chosen.bytes
-        for name in ("explained_bytes", "rss_growth_bytes", "tracemalloc",
-                     "tracemalloc_summary"):
-            v = getattr(self, name)
-            if v is not None:
-                ev[name] = v
-        if self.alloc_sites:
-            ev["alloc_sites"] = [a.to_dict() for a in self.alloc_sites]
-        h = self.holder
-        if h is not None:
-            ev["holder"] = h.path
-            ev["holder_root"] = h.root
-            ev["hook_count"] = h.hook_count
-        return ev
-
-
-def attribute(metric: str, cur: EpochStats, pair: tuple[CensusRecord, CensusRecord] | None,
+def attribute(metric: str, cur: EpochStats, pair: CensusPair | None,
               ctx: CheckContext, cfg: AnalyzerConfig, growth: float = 0.0) -> Attribution:
     """Diff the two censuses of ``pair`` for ``metric``'s growth (``growth`` bytes over the
     stretch between them, at the judged rate) and name its holder."""
@@ -228,7 +143,7 @@ def attribute(metric: str, cur: EpochStats, pair: tuple[CensusRecord, CensusReco
     return out
 
 
-def alloc_sites_of(g: census_mod.GroupGrowth, ctx: CheckContext) -> list[Any]:
+def alloc_sites_of(g: GroupGrowth, ctx: CheckContext) -> list[Any]:
     """Where the group's new device tensors were allocated (the allocator's recorded history)."""
     ids = (g.new_ids or g.group.ids)[:256]
     objs = weigh.objects_for(set(ids))
@@ -254,8 +169,8 @@ class _Candidate:
 
     bytes: float
     target: int  # id of the object the holder walk starts from
-    group: census_mod.GroupGrowth | None = None
-    container: weigh.ContainerGrowth | None = None
+    group: GroupGrowth | None = None
+    container: _Container | None = None
 
     def per_check(self) -> int:
         """Objects (elements, tensors, autograd nodes) added since the last census."""
@@ -272,45 +187,3 @@ class _Candidate:
         if self.group is not None:
             d["group"] = self.group.group.describe()
         return d
-
-
-def traced_explains(d: Any, cfg: AnalyzerConfig) -> bool:
-    """Live traced Python allocations grew by a fair share of the host growth: user code keeps
-    them (a leak), the allocator does not (retention)."""
-    if d is None:
-        return False
-    grew = min(d.traced_growth, d.traced_net)  # net: what was released elsewhere counts
-    if grew <= 0:
-        return False
-    rss = d.explainable_rss_growth()
-    if rss is None or rss <= 0:
-        return bool(grew >= cfg.shape.min_growth_bytes)
-    return bool(grew >= cfg.retention_explained * rss)
-
-
-def attribute_traced(out: Attribution, cur: EpochStats, d: Any, cfg: AnalyzerConfig) -> None:
-    """Add the allocation sites that grew; they overrule a retention verdict when they explain
-    the growth, and name the culprit when no holder of tensors was named."""
-    steps = d.steps or cur.n_steps
-    out.tracemalloc = [g.to_dict(steps) for g in d.growths[:8]]
-    summary = d.summary()
-    explains = traced_explains(d, cfg)
-    summary["explains_growth"] = explains
-    out.tracemalloc_summary = summary
-    if explains:
-        out.retention = False  # growth of live Python allocations: a leak in user code
-    elif out.retention and d.rss_growth is not None and \
-            d.rss_growth - d.own_rss_growth <= cur.threshold:
-        # What grew is memwatch's own while tracing (the traces, the snapshot's objects the
-        # allocator kept): not the user's.
-        out.own_growth = True
-    if not d.growths or (out.holder is not None and out.container is None):
-        return  # a holder of tensors names it; a container's holder is joined to its site
-    top = d.growths[0]
-    rss = d.explainable_rss_growth()
-    big = rss is None or rss <= 0 or top.bytes_delta >= 0.1 * rss
-    # A block kept every step at a line of user code names it even when the bytes are elsewhere
-    # (a tensor's storage is not a traced Python allocation, its object is).
-    per_step = top.user and top.count_delta >= 0.5 * max(steps, 1)
-    if (explains and big) or per_step:
-        out.site = top

@@ -8,30 +8,29 @@ held across checks is its own verdict, with advice about those owners, not about
 
 from __future__ import annotations
 
-from memwatch.analysis.context import AnalyzerConfig, CheckContext
-from memwatch.analysis.forecast import consequence, remaining_steps
-from memwatch.analysis.leak import verdict
-from memwatch.analysis.shapes import EpochStats
+from memwatch.analysis.rules.base import Rule, RuleInput
+from memwatch.analysis.stats.forecast import consequence, remaining_steps, steps_to_limit
+from memwatch.analysis.stats.held import verdict
 from memwatch.core.findings import Finding
 from memwatch.core.units import fmt_bytes
 
-__all__ = ["METRIC", "judge"]
+__all__ = ["METRIC", "RULE", "judge"]
 
 METRIC = "device.outside_allocator"
 
 
-def judge(history: dict[str, list[EpochStats]], ctx: CheckContext,
-          cfg: AnalyzerConfig) -> Finding | None:
-    hist = history.get(METRIC, [])
+def judge(inp: RuleInput) -> list[Finding]:
+    """A leak of device memory outside the caching allocator (said once)."""
+    ctx, cfg = inp.ctx, inp.cfg
+    hist = inp.history.get(METRIC, [])
     if len(hist) < 3 or verdict(hist, cfg) != "leak":
-        return None  # three units: the context and workspaces come up during the first two
+        return []  # three units: the context and workspaces come up during the first two
     cur = hist[-1]
     steps = sum(h.n_steps for h in hist[-3:-1]) or cur.n_steps
     grew = cur.floor - hist[-3].floor
     slope = grew / max(steps, 1)
     limit = ctx.limit("device.reserved")
-    steps_to_oom = (limit - cur.peak) / slope if limit and slope > 0 and limit > cur.peak \
-        else None
+    steps_to_oom = steps_to_limit(limit, cur.peak, slope)
     severity = consequence(steps_to_oom, cur, ctx, cfg)
     msg = (
         f"Device memory outside PyTorch's caching allocator grows: {fmt_bytes(hist[-3].floor)} → "
@@ -44,7 +43,7 @@ def judge(history: dict[str, list[EpochStats]], ctx: CheckContext,
     if steps_to_oom is not None:
         msg += f" At this rate the device's {fmt_bytes(limit)} are reached in about " \
                f"{steps_to_oom:,.0f} steps."
-    return ctx.origin.finding(
+    return [ctx.origin.finding(
         kind="leak", metric=METRIC, severity=severity, message=msg, bytes_per_step=slope,
         steps_to_oom=steps_to_oom,
         seconds_to_oom=None if steps_to_oom is None else steps_to_oom * cur.seconds_per_step,
@@ -59,4 +58,8 @@ def judge(history: dict[str, list[EpochStats]], ctx: CheckContext,
         ],
         evidence={"pattern": "outside_allocator", "floors": [h.floor for h in hist[-6:]],
                   "remaining_steps": remaining_steps(cur, ctx)},
-    )
+    )]
+
+
+RULE = Rule(name="outside_allocator", kinds=frozenset({"leak"}), once=frozenset({"leak"}),
+            judge=judge, reads=(METRIC, "device.reserved"))

@@ -14,7 +14,13 @@ import math
 
 import numpy as np
 
-from memwatch.analysis.trend import Trend, diff_noise, saturation_ratio, step_change, trend_test
+from memwatch.analysis.stats.trend import (
+    Trend,
+    diff_noise,
+    saturation_ratio,
+    step_change,
+    trend_test,
+)
 from memwatch.timeline import EpochSummary
 
 

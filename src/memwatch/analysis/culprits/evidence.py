@@ -1,0 +1,243 @@
+"""The vocabulary of culprit forensics: plain data that a census, a weighing, a holder walk and an
+attribution produce, and that the rules and their wording read.
+
+Nothing here reads the live process: these are values. The modules that fill them (census,
+weigh, holders, attribution) walk the heap; the rules (:mod:`memwatch.analysis.rules`) and the
+culprit wording (:mod:`.wording`) only read them, so a rule is testable from recorded values.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from typing import Any
+
+__all__ = ["Attribution", "Census", "CensusPair", "CensusRecord", "ContainerGrowth", "Group",
+           "GroupGrowth",
+           "GroupKey", "Holder"]
+
+#: (device, dtype, shape, requires_grad, grad_fn type name): what a census groups tensors by.
+GroupKey = tuple[str, str, tuple[int, ...], bool, str]
+
+
+@dataclasses.dataclass
+class Group:
+    device: str
+    dtype: str
+    shape: tuple[int, ...]
+    requires_grad: bool
+    grad_fn: str  # "" when the tensor has no autograd history
+    count: int = 0
+    bytes: int = 0
+    ids: list[int] = dataclasses.field(default_factory=list)
+    graph_nodes: int = 0  # autograd nodes first reached from this group's tensors
+    graph_bytes: int = 0  # their estimated bytes (native nodes + saved tensors)
+    views: int = 0  # tensors of the group that are views (their bytes: the bases' storages)
+
+    @property
+    def key(self) -> GroupKey:
+        return (self.device, self.dtype, self.shape, self.requires_grad, self.grad_fn)
+
+    def describe(self) -> str:
+        shape = "x".join(str(s) for s in self.shape) or "scalar"
+        s = f"{self.dtype.replace('torch.', '')}[{shape}] on {self.device}"
+        if self.grad_fn:
+            s += f", grad_fn={self.grad_fn}"
+        elif self.requires_grad:
+            s += ", requires_grad"
+        return s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "requires_grad": self.requires_grad,
+            "grad_fn": self.grad_fn or None,
+            "count": self.count,
+            "bytes": self.bytes,
+            "graph_nodes": self.graph_nodes,
+            "graph_bytes": self.graph_bytes,
+        }
+
+
+@dataclasses.dataclass
+class Census:
+    """A census of live tensors and of Python objects by type."""
+
+    groups: dict[GroupKey, Group]
+    tensors: int
+    tensor_bytes: dict[str, int]  # per device
+    objects: int
+    types: collections.Counter[str]
+    elapsed_ms: float
+    taken_at: float
+    #: id -> (length, kind) of every container of at least ``weigh.CONTAINER_MIN_LEN`` items
+    #: (memwatch's own left out)
+    containers: dict[int, tuple[int, str]] = dataclasses.field(default_factory=dict)
+    graph_nodes: int = 0
+    graph_truncated: bool = False
+
+    def to_dict(self, top_n: int = 20) -> dict[str, Any]:
+        top = sorted(self.groups.values(), key=lambda g: (g.bytes, g.count), reverse=True)
+        return {
+            "tensors_scanned": self.tensors,
+            "objects_scanned": self.objects,
+            "total_bytes": sum(self.tensor_bytes.values()),
+            "bytes_by_device": dict(self.tensor_bytes),
+            "elapsed_ms": round(self.elapsed_ms, 2),
+            "graph_nodes": self.graph_nodes,
+            "containers_recorded": len(self.containers),
+            "groups": [g.to_dict() for g in top[:top_n]],
+        }
+
+
+@dataclasses.dataclass
+class GroupGrowth:
+    group: Group
+    count_delta: int
+    bytes_delta: int
+    new_ids: list[int]
+    graph_nodes_delta: int = 0
+    graph_bytes_delta: int = 0
+
+    @property
+    def effective_bytes(self) -> int:
+        """What the group's growth holds: its storages plus its autograd graphs' growth."""
+        return self.bytes_delta + max(self.graph_bytes_delta, 0)
+
+
+@dataclasses.dataclass
+class ContainerGrowth:
+    """A container that grew between two censuses, weighed."""
+
+    obj_id: int
+    kind: str  # "list", "dict", "deque", "set"
+    length: int
+    len_delta: int
+    new: bool  # not in the previous census (new, or shorter than CONTAINER_MIN_LEN then)
+    bytes_delta: float = 0.0
+    element: str = ""  # what the new elements are, e.g. "numpy arrays"
+    graph_nodes: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "length": self.length, "len_delta": self.len_delta,
+                "new": self.new, "bytes_delta": self.bytes_delta, "element": self.element}
+
+
+@dataclasses.dataclass
+class Holder:
+    """Where a leaking object is held: a readable path and what kind of root it hangs from."""
+
+    path: str  # the holder's name: element indices below the named container left out
+    root: str  # "global", "attribute", "closure", "frame", "traceback", "hook", "unknown"
+    container: str | None = None  # the named container's type, e.g. "list"
+    container_len: int | None = None
+    via_traceback: bool = False
+    via_hook: bool = False
+    hook_count: int | None = None
+    elements: str | None = None  # what the named container holds, e.g. "numpy arrays"
+
+    def describe(self, delta: int | None = None) -> str:
+        """``Net.kept_features (list, 1000 tensors, +250 since the last check)``."""
+        if self.container is None:
+            return self.path
+        parts = [self.container]
+        if self.container_len is not None:
+            parts.append(f"{self.container_len} {self.elements or 'items'}")
+        if delta:
+            parts.append(f"+{delta} since the last check")
+        return f"{self.path} ({', '.join(parts)})"
+
+
+@dataclasses.dataclass
+class CensusRecord:
+    """A census taken at one check, with the process's RSS at that check."""
+
+    epoch: int
+    census: Census
+    rss: float
+    step: int = 0  # the optimizer step the census was taken at
+
+
+@dataclasses.dataclass
+class Attribution:
+    """What explains one metric's growth between two censuses.
+
+    Attributes:
+        census_note: why there is no census diff (``census="never"``, or not taken at two
+            checks yet); None when there is one.
+        group: the growing group of live tensors named as the culprit, or
+        container: the growing container named as the culprit (each the largest growth in
+            bytes, autograd graphs and views' bases included, whose holder could be named).
+        holder: who keeps one of that group's new objects alive.
+        graph_bytes: bytes the group's autograd graphs grew by (nodes and saved tensors).
+        explained_bytes / rss_growth_bytes: host only: what live objects explain of the RSS
+            growth between the two censuses.
+        retention: host growth that live objects do not explain (allocator retention).
+        own_growth: the growth is memwatch's own tracing bookkeeping.
+        site: the allocation site named when no holder of tensors was (tracing on).
+    """
+
+    census_note: str | None = None
+    census_ms: float | None = None
+    objects_scanned: int | None = None
+    tensors_scanned: int | None = None
+    census_epochs: list[int] | None = None
+    growing_groups: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    python_object_growth: list[tuple[str, int]] = dataclasses.field(default_factory=list)
+    group: GroupGrowth | None = None
+    container: ContainerGrowth | None = None
+    chosen: Any = None  # the candidate named (group or container)
+    containers: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    graph_nodes: int = 0
+    alloc_sites: list[Any] = dataclasses.field(default_factory=list)  # device_sites.AllocSite
+    holder: Holder | None = None
+    graph_bytes: int = 0
+    effective_bytes: float = 0.0
+    attribution_ms: float | None = None
+    explained_bytes: float | None = None
+    rss_growth_bytes: float | None = None
+    retention: bool = False
+    own_growth: bool = False
+    tracemalloc: list[dict[str, Any]] | None = None
+    tracemalloc_summary: dict[str, Any] | None = None
+    site: Any = None  # sites.SiteGrowth
+
+    def evidence(self) -> dict[str, Any]:
+        """The keys a finding's evidence carries about its attribution."""
+        ev: dict[str, Any] = {}
+        if self.census_note is not None:
+            ev["census"] = self.census_note
+        else:
+            ev.update(census_ms=self.census_ms, objects_scanned=self.objects_scanned,
+                      tensors_scanned=self.tensors_scanned, census_epochs=self.census_epochs,
+                      growing_groups=self.growing_groups,
+                      python_object_growth=self.python_object_growth,
+                      growing_containers=self.containers[:8], graph_nodes=self.graph_nodes)
+            if self.attribution_ms is not None:
+                ev["attribution_ms"] = self.attribution_ms
+            if self.group is not None:
+                ev["graph_bytes"] = self.graph_bytes
+                ev["graph_nodes_delta"] = self.group.graph_nodes_delta
+            if self.chosen is not None:
+                ev["culprit_bytes"] = self.chosen.bytes
+        for name in ("explained_bytes", "rss_growth_bytes", "tracemalloc",
+                     "tracemalloc_summary"):
+            v = getattr(self, name)
+            if v is not None:
+                ev[name] = v
+        if self.alloc_sites:
+            ev["alloc_sites"] = [a.to_dict() for a in self.alloc_sites]
+        h = self.holder
+        if h is not None:
+            ev["holder"] = h.path
+            ev["holder_root"] = h.root
+            ev["hook_count"] = h.hook_count
+        return ev
+
+
+
+
+#: The censuses of two checks, the earlier first: what an attribution diffs.
+CensusPair = tuple[CensusRecord, CensusRecord]

@@ -1,0 +1,182 @@
+"""Holder naming: *who* keeps a growing object alive.
+
+For one object of a growing group, a bounded walk up the reference graph names the holder: a
+module global (``train.history``), an attribute (``model.fc._forward_hooks``), a closure cell, a
+local of a running function, or a frame kept alive by a stored traceback. Bounded in depth and
+time; memwatch's own frames and bookkeeping are never reported.
+
+The pieces: :mod:`.referrers` (one hop: who refers to an object and how that reads),
+:mod:`.frames` (locals of running functions, which the collector cannot see), :mod:`.names`
+(how a path reads); here, the walk that strings hops into a holder.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import types
+from typing import Any
+
+from memwatch.analysis.culprits.evidence import Holder
+from memwatch.analysis.culprits.frames import live_frame_local
+from memwatch.analysis.culprits.names import elements_of, is_index
+from memwatch.analysis.culprits.referrers import HOOK_DICTS, ReferrerGraph, is_root_module
+from memwatch.analysis.culprits.weigh import CONTAINER_TYPES, element_name
+
+__all__ = ["Holder", "find_holder", "holder_of", "objects_by_ids"]
+
+
+def find_holder(obj_id: int, max_depth: int = 10, budget_s: float = 2.0) -> Holder | None:
+    """Name what keeps the object with ``id(obj) == obj_id`` alive (bounded walk upwards)."""
+    target = _object_by_id(obj_id)
+    if target is None:
+        return None
+    return holder_of(target, max_depth, budget_s)
+
+
+def holder_of(target: Any, max_depth: int = 10, budget_s: float = 2.0,
+              ignore: tuple[int, ...] = ()) -> Holder | None:
+    """Name what keeps ``target`` alive (bounded walk upwards). The caller's own containers
+    must not hold it (they would be reported) unless their ids are in ``ignore``; its frames
+    are skipped when they run memwatch's code, so pass it from there or through
+    :func:`find_holder`."""
+    walker = _Walker(budget_s)
+    walker.graph.ignore.update(ignore)
+    try:
+        return walker.walk(target, max_depth)
+    finally:
+        # Break the walker's reference cycles now, so no later walk meets its leftovers.
+        walker.graph.close()
+
+
+def objects_by_ids(ids: set[int]) -> dict[int, Any]:
+    """Live objects whose ``id`` is in ``ids`` (one pass over the collector's objects)."""
+    out: dict[int, Any] = {}
+    if not ids:
+        return out
+    for o in gc.get_objects():
+        if id(o) in ids:
+            out[id(o)] = o
+    return out
+
+
+def _object_by_id(obj_id: int) -> Any | None:
+    for o in gc.get_objects():
+        if id(o) == obj_id:
+            return o
+    return None
+
+
+class _Walker:
+    """One walk from a target up to the root that holds it."""
+
+    def __init__(self, budget_s: float) -> None:
+        self.graph = ReferrerGraph(budget_s)
+        self.elements: str | None = None
+        self.graph.ignore.add(id(self.__dict__))
+
+    def walk(self, target: Any, max_depth: int) -> Holder | None:
+        segments: list[str] = []  # innermost first
+        container: str | None = None
+        container_len: int | None = None
+        via_tb = via_hook = False
+        hook_count: int | None = None
+        cur = target
+        visited = {id(target)}
+        self.graph.ignore.add(id(visited))
+        self.graph.ignore.add(id(segments))
+        # Element indices below the first named thing are left out of the name (``hoard``, not
+        # ``hoard[406]``): the container is described by its type and size instead.
+        stripping = True
+        if type(target) in CONTAINER_TYPES:
+            container, container_len = CONTAINER_TYPES[type(target)], len(target)
+            self.elements = elements_of(target)
+        for _ in range(max_depth):
+            if time.perf_counter() > self.graph.deadline:
+                break
+            refs = self.graph.referrers(cur)
+            step = self.graph.best_step(cur, refs, visited)
+            if step is None:
+                # A dead end: the collector cannot see frames that are still running, so the
+                # outermost object reached may be a local of a function on some thread's stack.
+                live = live_frame_local(cur)
+                if live is not None:
+                    segments.append(live)
+                    return self._holder(segments, "frame", container, container_len, via_tb,
+                                        via_hook, hook_count)
+                break
+            kind, label, parent = step.kind, step.label, step.parent
+            del step
+            if stripping and is_index(kind, label):
+                container = "dict" if kind == "attr_dict" else kind
+                box: Any = getattr(parent, label[1:].split("[", 1)[0], None) \
+                    if kind == "attr_dict" else parent
+                container_len = len(box) if hasattr(box, "__len__") else None
+                self.elements = element_name(cur)
+                if kind == "attr_dict":  # ``.cache[key]``: keep the attribute's name
+                    segments.append(label.split("[", 1)[0])
+                    stripping = False
+                visited.add(id(parent))
+                cur = parent
+                continue
+            stripping = False
+            if container is None and kind == "attr_dict":
+                container = "dict"
+                held: Any = getattr(parent, label[1:].split("[", 1)[0], None)
+                container_len = len(held) if hasattr(held, "__len__") else None
+            elif container is None and kind in ("list", "dict", "deque", "set", "tuple"):
+                container = kind
+                try:
+                    container_len = len(cur if kind != "dict" else parent)
+                except TypeError:
+                    container_len = None
+            if kind == "global":
+                segments.append(label)
+                return self._holder(segments, "global", container, container_len, via_tb,
+                                    via_hook, hook_count)
+            if kind == "frame":
+                segments.append(label)
+                # A frame is a root unless a traceback keeps it: keep walking to find that.
+                via_tb_before = via_tb
+                f_refs = self.graph.referrers(parent)
+                tbs = self.graph.own([r for r in f_refs if isinstance(r, types.TracebackType)])
+                if not tbs:
+                    return self._holder(segments, "traceback" if via_tb_before else "frame",
+                                        container, container_len, via_tb, via_hook, hook_count)
+                via_tb = True
+                segments.append(".__traceback__")
+                cur = self.graph.exception_for(tbs[0]) or tbs[0]
+                visited.add(id(cur))
+                continue
+            if kind in ("attr", "attr_dict") and is_root_module(parent) and \
+                    not self.graph.inside_module(parent):
+                # The outermost nn.Module: its class name reads better than the route by which
+                # some trainer happens to reach it.
+                segments.append(label)
+                segments.append(type(parent).__name__)
+                return self._holder(segments, "attribute", container, container_len, via_tb,
+                                    via_hook, hook_count)
+            hook_attr = label[1:].split("[", 1)[0] if label.startswith(".") else ""
+            if hook_attr in HOOK_DICTS:
+                via_hook = True
+                hooks = getattr(parent, hook_attr, None)
+                hook_count = len(hooks) if hooks is not None else None
+            segments.append(label)
+            visited.add(id(parent))
+            cur = parent
+        if not segments:
+            return None
+        return self._holder(segments, "unknown", container, container_len, via_tb, via_hook,
+                            hook_count)
+
+    def _holder(self, segments: list[str], root: str, container: str | None,
+                container_len: int | None, via_tb: bool, via_hook: bool,
+                hook_count: int | None) -> Holder:
+        path = "".join(reversed(segments)).removeprefix(" → ")
+        if via_hook and root in ("global", "unknown"):
+            root = "hook"
+        elif via_tb:
+            root = "traceback"
+        return Holder(path, root, container, container_len, via_tb, via_hook, hook_count,
+                      self.elements if container is not None else None)
+

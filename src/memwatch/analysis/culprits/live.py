@@ -1,0 +1,95 @@
+"""The live process as evidence: the one implementation of
+:class:`memwatch.analysis.context.Evidence` that walks the heap and reads ``/proc``.
+
+A session makes one and hands it to its analyzer; it keeps the censuses of the last two checks
+(memory stays bounded: two censuses, whatever the run length) so that each check's verdicts can
+diff them.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import sys
+from typing import Any
+
+from memwatch.analysis.context import AnalyzerConfig, CheckContext
+from memwatch.analysis.culprits import census as census_mod
+from memwatch.analysis.culprits.attribution import attribute
+from memwatch.analysis.culprits.evidence import Attribution, CensusPair, CensusRecord, Holder
+from memwatch.analysis.culprits.loaders import loaders_with_workers
+from memwatch.analysis.culprits.traced import attribute_traced
+from memwatch.analysis.stats.shapes import EpochStats
+from memwatch.probes import procfs
+
+__all__ = ["LiveEvidence"]
+
+log = logging.getLogger("memwatch")
+
+
+class LiveEvidence:
+    """Censuses, attributions, DataLoader workers and mapped files of this process.
+
+    Example::
+
+        >>> from memwatch.analysis.culprits.live import LiveEvidence
+        >>> ev = LiveEvidence()
+        >>> ev.census(collect=False, count_types=True, epoch=0, step=10, rss=0.0) is None
+        True
+        >>> pair = ev.census(collect=False, count_types=True, epoch=1, step=20, rss=0.0)
+        >>> [r.step for r in pair], ev.last_census_ms is not None
+        ([10, 20], True)
+    """
+
+    def __init__(self) -> None:
+        self._censuses: list[CensusRecord] = []
+        #: Objects the last census walked (None until one ran).
+        self.last_objects: int | None = None
+        #: Milliseconds the last census took (None until one ran).
+        self.last_census_ms: float | None = None
+
+    def object_count(self) -> int:
+        if self.last_objects is not None:
+            return self.last_objects
+        return len(gc.get_objects())
+
+    def census(self, *, collect: bool, count_types: bool, epoch: int, step: int,
+               rss: float) -> CensusPair | None:
+        try:
+            c = census_mod.take_census(collect=collect, count_types=count_types)
+        except Exception as e:  # noqa: BLE001
+            log.warning("memwatch: tensor census failed (%s); culprits will not be named", e)
+            return None
+        self.last_objects = c.objects
+        self.last_census_ms = c.elapsed_ms
+        rec = CensusRecord(epoch, c, rss, step=step)
+        prev = self._censuses[-1] if self._censuses else None
+        self._censuses = [*self._censuses[-1:], rec]  # keep two: memory stays bounded
+        return None if prev is None else (prev, rec)
+
+    def attribute(self, metric: str, cur: EpochStats, pair: CensusPair | None,
+                  ctx: CheckContext, cfg: AnalyzerConfig, growth: float,
+                  trace: Any = None) -> Attribution:
+        out = attribute(metric, cur, pair, ctx, cfg, growth=growth)
+        if trace is not None:
+            attribute_traced(out, cur, trace, cfg)
+        return out
+
+    def loaders_with_workers(self) -> tuple[int, Holder | None]:
+        return loaders_with_workers()
+
+    def mapped_files(self) -> list[tuple[str, float]] | None:
+        """The data files most resident now (one ``smaps`` read, milliseconds: once per
+        finding); None off Linux."""
+        if not sys.platform.startswith("linux"):
+            return None
+        try:
+            return procfs.read_mapped_files(os.getpid(), top=10_000)
+        except Exception:  # noqa: BLE001 - evidence only; never fail a check over it
+            log.debug("memwatch: reading /proc/self/smaps failed", exc_info=True)
+            return []
+
+    def alloc_conf(self) -> str:
+        return os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + os.environ.get(
+            "PYTORCH_ALLOC_CONF", "")

@@ -1,0 +1,50 @@
+"""Which DataLoaders keep worker processes alive, and who keeps the oldest of them: the holder of
+a ``worker_count`` leak (persistent-worker loaders built again and again, transformers#28469).
+One pass over the collector's objects, only when that verdict is being made."""
+
+from __future__ import annotations
+
+import gc
+import sys
+from typing import Any
+
+from memwatch.analysis.culprits.evidence import Holder
+from memwatch.analysis.culprits.holders import holder_of
+
+__all__ = ["loaders_with_workers"]
+
+
+def loaders_with_workers() -> tuple[int, Holder | None]:
+    """(live DataLoaders whose workers run, the holder of the oldest of them)."""
+    torch = sys.modules.get("torch")
+    data = getattr(getattr(torch, "utils", None), "data", None) if torch is not None else None
+    loader_type = getattr(data, "DataLoader", None)
+    if loader_type is None:
+        return 0, None
+    live: list[Any] = []
+    is_loader: dict[type, bool] = {}
+    for o in gc.get_objects():
+        tp = type(o)  # not isinstance: it reads ``__class__``, which lazy modules act on
+        t = is_loader.get(tp)
+        if t is None:
+            t = is_loader[tp] = issubclass(tp, loader_type)
+        if t and _has_live_workers(o):
+            live.append(o)
+    n = len(live)
+    if not live:
+        return 0, None
+    oldest = live[0]
+    live.clear()
+    try:
+        return n, holder_of(oldest, budget_s=2.0)
+    finally:
+        del oldest
+
+
+def _has_live_workers(loader: Any) -> bool:
+    it = getattr(loader, "_iterator", None)
+    workers = getattr(it, "_workers", None) if it is not None else None
+    try:
+        return any(w.is_alive() for w in list(workers or ()))
+    except Exception:  # noqa: BLE001 - a worker handle we cannot ask
+        return False

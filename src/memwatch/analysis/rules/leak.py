@@ -1,0 +1,244 @@
+"""Leaks of host and device memory: memory that is still held across checks and keeps growing.
+
+A *leak* needs the unit judged (an epoch, or the stretch between two checks) to be growing **and**
+the previous unit's rise to still be held (:func:`memwatch.analysis.stats.held.verdict`). Growth
+released at the unit's end is *accumulation*; growth that levels off is a *plateau*; a single
+jump is a *step change*. On the host, a leak needs live objects that explain it (the census diff,
+through the evidence port); growth they do not explain is *allocator retention*, and growth that
+is mostly pages of mapped files is *mapped_file* (:mod:`.mapped_file`, whose parts of RSS are then
+judged here one by one).
+
+Judges ``device.allocated`` and ``host.rss`` (and ``workers.uss`` when the worker count is not
+sampled; :mod:`.workers` judges it otherwise).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from memwatch.analysis.culprits.evidence import Attribution
+from memwatch.analysis.culprits.traced import traced_explains
+from memwatch.analysis.culprits.wording import culprit_of
+from memwatch.analysis.rules import mapped_file
+from memwatch.analysis.rules.base import Rule, RuleInput
+from memwatch.analysis.rules.words import ci, forecast_words, span, where
+from memwatch.analysis.stats.forecast import consequence, forecast, remaining_steps
+from memwatch.analysis.stats.held import verdict, worth_reporting
+from memwatch.analysis.stats.shapes import EpochStats
+from memwatch.core.findings import Finding, Origin, Severity
+from memwatch.core.units import fmt_bytes
+
+__all__ = ["RULE", "judge"]
+
+log = logging.getLogger("memwatch")
+
+#: The metrics this rule judges for leaks (``workers.uss`` only without a worker count).
+METRICS = ("device.allocated", "host.rss", "workers.uss")
+
+
+def judge(inp: RuleInput) -> list[Finding]:
+    """The verdicts on host and device memory at this check."""
+    if inp.ctx.defer_leaks:
+        return []
+    out: list[Finding] = []
+    for metric in METRICS:
+        if metric not in inp.stats:
+            continue
+        if metric.startswith("workers.") and "workers.count" in inp.summary.keys:
+            continue  # per-worker growth and copy-on-write: the workers rule
+        out.extend(judge_metric(inp, metric, inp.history))
+    return out
+
+
+def judge_metric(inp: RuleInput, metric: str,
+                 history: Mapping[str, list[EpochStats]]) -> list[Finding]:
+    """The verdict on one metric, judged on ``history`` (the check's, or RSS's parts)."""
+    ctx, cfg = inp.ctx, inp.cfg
+    hist = history[metric]
+    cur = hist[-1]
+    prev = hist[-2] if len(hist) >= 2 else None
+    v = verdict(hist, cfg)
+    if v == "leak" and metric == "host.rss":
+        found = mapped_file.judge_growth(history, ctx, cfg, inp.mapped_files)
+        if found is not None:  # mostly pages of mapped files: the other parts on their own
+            parts = mapped_file.parts_history(history)
+            out = [f for part in mapped_file.PARTS
+                   if part in parts and verdict(parts[part], cfg) == "leak"
+                   for f in judge_metric(inp, part, parts)]
+            if not out and inp.pair is not None:
+                # The parts, read in the background, may not show a trend yet (a few reads a
+                # unit) while the census already names live objects that explain the rest:
+                # library code pages faulted in by the first steps are file-backed too, and
+                # must not delay a leak the census has evidence for.
+                f = _leak_finding(inp, metric, hist, history)
+                if f is not None and f.kind == "leak" and f.culprit:
+                    out = [f]
+            return [found, *out]
+    trace = ctx.trace if metric.startswith("host.") else None  # tracemalloc sees the host only
+    if v == "leak" and metric.startswith("host.") and inp.pair is None and \
+            ctx.census != "never" and not traced_explains(trace, cfg):
+        # Host growth without a census at two checks cannot be told apart from native start-up
+        # growth or allocator retention: this check's census was just taken, so the verdict
+        # (with its culprit) comes at the next check. (Unless live traced Python allocations
+        # grew by as much: that is user code, named by its allocation site.)
+        return []
+    if v == "leak":
+        f = _leak_finding(inp, metric, hist, history)
+        return [f] if f is not None else []
+    if v == "accumulation":
+        return [accumulation(ctx.origin, metric, cur, prev)]
+    if (cur.shape == "plateau" or v == "decelerating") and \
+            worth_reporting(cur, max(cur.rise, cur.growth), cfg):
+        return [plateau(ctx.origin, metric, cur)]
+    if cur.shape == "step" and len(hist) > 1 and worth_reporting(cur, cur.step_height, cfg):
+        # (a jump in the first unit is warm-up: optimizer state, lazy initialisation)
+        return [step_change(ctx.origin, metric, cur)]
+    return []
+
+
+def _leak_finding(inp: RuleInput, metric: str, hist: list[EpochStats],
+                  history: Mapping[str, list[EpochStats]]) -> Finding | None:
+    ctx, cfg, pair = inp.ctx, inp.cfg, inp.pair
+    cur = hist[-1]
+    slope = cur.slope
+    low, high = cur.trend.slope_low, cur.trend.slope_high
+    if cur.shape != "growing" and len(hist) >= 2:
+        # Cross-unit leak: the rate from the floors.
+        steps = sum(h.n_steps for h in hist[-3:])
+        slope = (hist[-1].floor - hist[-3 if len(hist) >= 3 else -2].floor) / max(steps, 1)
+        low, high = slope * 0.5, slope * 1.5
+    limit = ctx.limit(metric)
+    peak_now, steps_to_oom = forecast(metric, inp.summary, cur, slope, limit, history)
+    seconds_to_oom = None if steps_to_oom is None else steps_to_oom * cur.seconds_per_step
+    severity = consequence(steps_to_oom, cur, ctx, cfg)
+    # What live objects must explain: the growth over the stretch between the two censuses,
+    # at the judged rate (floors), never two point reads of RSS (a busy machine moves those).
+    census_steps = pair[1].step - pair[0].step if pair is not None else cur.n_steps
+    attribution = inp.attribute(metric, cur, growth=max(slope, 0.0) * max(census_steps, 1))
+    if attribution.own_growth:
+        # memwatch's own tracing bookkeeping: nothing of the user's to report.
+        log.debug("memwatch: %s grew by %s, memwatch's own while tracing; no finding",
+                  metric, attribution.tracemalloc_summary)
+        return None
+    if attribution.retention and metric.startswith("host.rss"):
+        return allocator_retention(ctx.origin, metric, slope, attribution)
+    return _message(origin=ctx.origin, metric=metric, stats=hist, slope=slope,
+                    slope_ci=(low, high), limit=limit, peak_now=peak_now,
+                    steps_to_oom=steps_to_oom, seconds_to_oom=seconds_to_oom,
+                    severity=severity, attribution=attribution,
+                    remaining=remaining_steps(cur, ctx), run_known=bool(ctx.total_steps))
+
+
+# --------------------------------------------------------------------------- wording
+
+def _message(*, origin: Origin, metric: str, stats: list[EpochStats], slope: float,
+         slope_ci: tuple[float, float], limit: float | None, peak_now: float,
+         steps_to_oom: float | None, seconds_to_oom: float | None, severity: Severity,
+         attribution: Attribution, remaining: float, run_known: bool) -> Finding:
+    cur = stats[-1]
+    n_ep = sum(1 for s in stats if s.shape == "growing") or 1
+    culprit, suggestions, detail = culprit_of(metric, attribution)
+    msg = (
+        f"{where(metric)} grows by {fmt_bytes(slope)} per step ({ci(slope_ci)}) and is not "
+        f"released: its floor rose by {fmt_bytes(cur.floor - stats[0].floor)} "
+        f"(to {fmt_bytes(cur.floor)}) {span(stats)}."
+    )
+    msg += forecast_words(limit, steps_to_oom, seconds_to_oom, severity, remaining, run_known)
+    if detail:
+        msg += " " + detail
+    evidence = {
+        "slope_bytes_per_step": slope,
+        "slope_ci_low": slope_ci[0],
+        "slope_ci_high": slope_ci[1],
+        "mann_kendall_p": cur.trend.p,
+        "mann_kendall_z": cur.trend.z,
+        "lag1_autocorrelation": cur.trend.r1,
+        "epoch_floors": [s.floor for s in stats[-6:]],
+        "epoch_peaks": [s.peak for s in stats[-6:]],
+        "epochs_growing": n_ep,
+        "limit_bytes": limit,
+        "peak_bytes": peak_now,
+        **attribution.evidence(),
+        "remaining_steps": remaining,
+    }
+    return origin.finding(kind="leak", metric=metric, severity=severity, message=msg,
+                          bytes_per_step=slope, steps_to_oom=steps_to_oom,
+                          seconds_to_oom=seconds_to_oom, culprit=culprit,
+                          suggestions=suggestions, evidence=evidence)
+
+
+def accumulation(origin: Origin, metric: str, cur: EpochStats,
+                 prev: EpochStats | None) -> Finding:
+    base = prev.floor if prev is not None else cur.lo_start
+    msg = (
+        f"{where(metric)} grows within each epoch (by about {fmt_bytes(cur.growth)}, "
+        f"{fmt_bytes(cur.slope)} per step) and is released at the epoch end: the floor returned "
+        f"to {fmt_bytes(base)}. This is epoch-scoped accumulation (outputs or metrics gathered "
+        "for the epoch), not a leak — but the peak grows with the epoch length."
+    )
+    return origin.finding(kind="accumulation", metric=metric, severity="info", message=msg,
+                          bytes_per_step=cur.slope,
+                          suggestions=["If epochs get longer, reduce what is gathered per step "
+                                       "(`.item()`, `.cpu()`, running sums instead of lists)."],
+                          evidence={"epoch_rise": cur.rise, "floor": cur.floor,
+                                    "peak": cur.peak})
+
+
+def _benign(origin: Origin, kind: str, metric: str, message: str, **evidence: Any) -> Finding:
+    """A shape that is not a leak: informational, with the figures it was judged on."""
+    return origin.finding(kind=kind, metric=metric, severity="info", message=message,
+                          evidence=evidence)
+
+
+def plateau(origin: Origin, metric: str, cur: EpochStats) -> Finding:
+    late_rate = f"{cur.saturation:.0%} of the early rate"
+    return _benign(origin, "plateau", metric, (
+        f"{where(metric)} grew by {fmt_bytes(max(cur.rise, 0))} and levelled off (the late "
+        f"half rises at {late_rate}): a warm-up, a bounded cache filling or allocator pools "
+        "settling. Not a leak."), saturation_ratio=cur.saturation, rise=cur.rise, floor=cur.floor)
+
+
+def step_change(origin: Origin, metric: str, cur: EpochStats) -> Finding:
+    return _benign(origin, "step_change", metric, (
+        f"{where(metric)} jumped once by {fmt_bytes(cur.step_height)} around step "
+        f"{cur.step_at} and stayed flat before and after: a buffer allocated once (optimizer "
+        "state, a cache sized at first use). Not a leak unless it repeats."),
+        height=cur.step_height, at_step=cur.step_at)
+
+
+def allocator_retention(origin: Origin, metric: str, slope: float, a: Attribution) -> Finding:
+    msg = (
+        f"{where(metric)} grows by {fmt_bytes(slope)} per step, but live tensors and Python "
+        f"objects do not (they explain {fmt_bytes(a.explained_bytes or 0)} of "
+        f"{fmt_bytes(a.rss_growth_bytes or 0)}). Most often that is the C allocator "
+        "keeping freed memory (glibc arenas fragment under many threads and mixed sizes), which "
+        "no code fix addresses; less often native code (an extension) leaking outside Python."
+    )
+    summ = a.tracemalloc_summary
+    if summ is not None:
+        msg += (f" tracemalloc agrees: live traced Python allocations changed by "
+                f"{fmt_bytes(summ.get('traced_net_bytes'))} over the last epoch.")
+    return origin.finding(
+        # Not a leak in the user's code: informational, like every non-leak finding.
+        kind="allocator_retention", metric=metric, severity="info", message=msg,
+        bytes_per_step=slope,
+        suggestions=[
+            "Limit glibc arenas: `MALLOC_ARENA_MAX=2` in the environment.",
+            "Return free memory to the OS at epoch ends: "
+            "`ctypes.CDLL('libc.so.6').malloc_trim(0)`.",
+            "Use jemalloc or tcmalloc (`LD_PRELOAD=libjemalloc.so.2`), which fragment less.",
+        ],
+        evidence={"pattern": "allocator_retention", **a.evidence()},
+    )
+
+
+RULE = Rule(
+    name="leak",
+    kinds=frozenset({"leak", "accumulation", "plateau", "step_change", "allocator_retention",
+                     "mapped_file"}),
+    once=frozenset({"accumulation", "plateau", "mapped_file"}),
+    judge=judge,
+    reads=METRICS,
+)

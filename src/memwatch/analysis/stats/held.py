@@ -1,0 +1,73 @@
+"""Held growth: the confirmation rule every leak verdict shares.
+
+A unit (an epoch, or the stretch between two checks) that grows is only a *leak* once the next
+unit shows that growth is still held: its floor sits above the previous unit's floor by at least
+``carry_fraction`` of what the previous unit gained. Growth released at the unit's end is
+*accumulation*; growth that slows down unit after unit is *decelerating* (a cache filling);
+floors that climb by similar amounts, unit after unit, are a leak even when no single unit
+shows a significant trend (RSS rises in stairs while the C allocator fills its free lists).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from memwatch.analysis.stats.shapes import EpochStats
+
+if TYPE_CHECKING:
+    from memwatch.analysis.context import AnalyzerConfig
+
+__all__ = ["floor_rose", "verdict", "worth_reporting"]
+
+
+def verdict(hist: list[EpochStats], cfg: AnalyzerConfig) -> str:
+    """'leak', 'accumulation', 'decelerating', 'pending' or 'none' for the latest epoch."""
+    cur = hist[-1]
+    prev = hist[-2] if len(hist) >= 2 else None
+    if prev is not None:
+        prev_gain = max(prev.rise, prev.growth if prev.shape == "growing" else 0.0)
+        held = cur.floor - prev.floor
+        # The previous unit rose, and this one still holds (most of) that rise.
+        carried = prev_gain > prev.threshold and held >= cfg.carry_fraction * prev_gain
+    if cur.shape == "growing":
+        if prev is None:
+            return "pending"  # one epoch cannot tell a leak from epoch-scoped accumulation
+        # A saturating curve (a cache filling, pools settling) keeps growing, only slower every
+        # epoch: a leak keeps its rate.
+        decelerating = prev.shape == "growing" and \
+            cur.trend.slope_high < cfg.deceleration * prev.slope
+        if carried and held > cur.threshold * 0.5 and not decelerating:
+            return "leak"
+        if decelerating:
+            return "decelerating"
+        if prev_gain > prev.threshold and held < 0.25 * prev_gain:
+            return "accumulation"
+        return "pending"
+    if cur.shape == "step" and prev is not None and prev.shape == "growing":
+        # A steady rise, held, then a stair of the same order: RSS of a leaking process often
+        # stalls while the allocator hands out memory it already had (freed by earlier code),
+        # then jumps when that runs out. Two units in a row added held memory of similar size.
+        if carried and cur.rise > cur.threshold and cur.rise >= 0.4 * prev_gain:
+            return "leak"
+    # Slow or stair-like leaks: RSS often rises in jumps (the C allocator fills its free pools
+    # first, then grows the heap), so no single epoch shows a steady trend; the epoch floors
+    # still climb, epoch after epoch, by similar amounts.
+    if len(hist) >= 3 and cur.shape in ("flat", "growing", "step"):
+        floors = np.array([h.floor for h in hist[-3:]])
+        inc = np.diff(floors)
+        thr = max(h.threshold for h in hist[-3:])
+        if (inc > thr).all() and inc[-1] >= 0.4 * inc[0]:
+            return "leak"
+    return "none"
+
+
+def worth_reporting(cur: EpochStats, amount: float, cfg: AnalyzerConfig) -> bool:
+    """Informational findings only for changes a person would care about."""
+    return amount >= max(cfg.shape.min_growth_bytes, cfg.info_min_rel * abs(cur.level))
+
+
+def floor_rose(hist: list[EpochStats]) -> bool:
+    """The last unit's floor sits above the previous unit's by more than its noise."""
+    return len(hist) >= 2 and hist[-1].floor - hist[-2].floor > hist[-1].threshold

@@ -1,0 +1,346 @@
+"""Checks: where a session turns its samples into verdicts.
+
+:class:`Checker` owns the analyzer, the allocation tracer (``tracemalloc=``), the cross-rank
+exchange and the findings so far, and runs every check: at an epoch end, every
+``check_every_n_steps`` steps and every ``check_every_s`` seconds. A check builds the
+:class:`memwatch.analysis.CheckContext` the analyzer is told (the analyzer never reads the
+session), asks for the verdicts, exchanges per-rank summaries, hands the new findings to the
+watchdog and one :class:`memwatch.core.protocols.CheckReport` to the sinks, refreshes the slow
+readings and tells the scheduler. Every finding is born here complete
+(:class:`memwatch.core.findings.Origin`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from memwatch.analysis.context import CheckContext
+from memwatch.core.findings import Finding, Origin
+from memwatch.core.protocols import CheckReport, SessionView
+from memwatch.runtime.dispatch import SinkSet
+from memwatch.runtime.warn import WARN_SEVERITIES, FindingWarner
+from memwatch.session.config import WatchConfig
+from memwatch.session.runtime import Runtime
+from memwatch.session.sampling import Sampling
+from memwatch.session.scheduler import Scheduler
+from memwatch.timeline import EpochSummary
+
+log = logging.getLogger("memwatch")
+
+__all__ = ["MAX_FINDINGS", "Checker"]
+
+#: ``MemWatch.findings`` keeps at most this many (the most recent).
+MAX_FINDINGS = 1000
+
+
+class Checker:
+    """The analyzer, tracer, rank exchange and findings of one session.
+
+    Attributes:
+        analyzer: the analyzer (None when ``analyze=False`` or it failed to start); any object
+            with ``check(summary, context) -> list[Finding]`` may replace it
+            (:meth:`use_analyzer`).
+        findings: every finding so far (the latest :data:`MAX_FINDINGS`).
+        checks: checks run so far (epoch ends and checks inside epochs).
+        rank: this process's ``rank``/``world_size``; job: which job it belongs to.
+        rank_summaries: on rank 0 after a check with an exchange, one summary per rank (None
+            for a rank that did not answer); empty otherwise, so loggers never log the same
+            figures twice. rank_last_seen: each rank's latest summary ever received.
+    """
+
+    def __init__(self, config: WatchConfig, view: SessionView,
+                 disabled: Callable[[str], bool],
+                 disable: Callable[[str, BaseException], None], *, sinks: SinkSet,
+                 runtime: Runtime, sampling: Sampling, scheduler: Scheduler) -> None:
+        from memwatch.runtime.exchange import rank_info
+
+        self._config = config
+        self._view = view
+        self._disabled = disabled
+        self._disable = disable
+        self._sinks = sinks
+        self._runtime = runtime
+        self._sampling = sampling
+        self._scheduler = scheduler
+        self._warner = FindingWarner()
+        self.analyzer: Any = None
+        self.findings: list[Finding] = []
+        self.checks = 0
+        self.rank: dict[str, int] = rank_info()
+        self.job: dict[str, Any] = {"id": None, "source": None, "attempt": None}
+        self.rank_summaries: list[Any] = []
+        self.rank_last_seen: list[Any] = []
+        self.tracer: Any = None  # analysis.culprits.allocations.AllocationTracer while tracing
+        self.exchange: Any = None  # runtime.exchange.RankExchange when distributed
+
+    # ------------------------------------------------------------------ start and stop
+    def start(self) -> None:
+        """The analyzer, the rank exchange and the tracer, as configured."""
+        if self._config.analyze:
+            self.start_analyzer()
+        self._start_exchange()
+        if self._config.tracemalloc_frames:
+            self._start_tracer()
+
+    def start_analyzer(self) -> None:
+        try:
+            from memwatch.analysis import Analyzer
+
+            self.analyzer = Analyzer(self._config.analyzer_config)
+        except Exception as e:  # noqa: BLE001
+            self._disable("analyzer", e)
+
+    def use_analyzer(self, analyzer: Any) -> None:
+        """Judge with ``analyzer`` from now on (None: no verdicts)."""
+        self.analyzer = analyzer
+
+    def _start_exchange(self) -> None:
+        """Per-rank summaries at checks (never per step) when running distributed."""
+        from memwatch.runtime.exchange import RankExchange, dist_ready, job_identity, rank_info
+
+        self.rank = rank_info()  # torch.distributed may have been initialised after __init__
+        try:
+            self.job = job_identity()
+        except Exception:  # noqa: BLE001 - an odd environment must not stop the run
+            pass
+        if self._config.distributed == "off":
+            return
+        dist = dist_ready()
+        if dist is None:
+            return
+        try:
+            self.exchange = RankExchange(dist, float(self._config.exchange_timeout_s), self.job)
+            self.job = self.exchange.job
+        except Exception as e:  # noqa: BLE001
+            self._disable("rank exchange", e)
+
+    def _start_tracer(self) -> None:
+        if self.analyzer is None:
+            log.info("memwatch: tracemalloc=%r does nothing without the analyzer (analyze=False "
+                     "or it failed to start): only the analyzer reads it; not tracing",
+                     self._config.tracemalloc_frames)
+            return
+        try:
+            from memwatch.analysis.culprits.allocations import AllocationTracer
+
+            self.tracer = AllocationTracer(self._config.tracemalloc_frames).start()
+        except Exception as e:  # noqa: BLE001
+            self.tracer = None
+            self._disable("tracemalloc", e)
+
+    def stop_tracer(self, exc: BaseException | None = None) -> None:
+        tracer, self.tracer = self.tracer, None
+        if exc is not None:
+            self._disable("tracemalloc", exc)
+        if tracer is None:
+            return
+        try:
+            tracer.close()
+        except Exception:  # noqa: BLE001
+            log.debug("memwatch: tracemalloc failed to stop", exc_info=True)
+
+    def after_fork_in_child(self) -> None:
+        """tracemalloc that memwatch started: nothing reads it in a forked child."""
+        if self.tracer is not None:
+            self.tracer = None
+            from memwatch.analysis.culprits.allocations import after_fork_in_child
+
+            after_fork_in_child()
+
+    def close(self) -> None:
+        if self.exchange is not None:
+            self.exchange.close()
+        if self.tracer is not None:
+            self.stop_tracer()
+
+    # ------------------------------------------------------------------ checks
+    def step_check(self, step: int) -> None:
+        """The step-based check (every ``check_every_n_steps``): every rank is at this step,
+        so ranks exchange their summaries."""
+        self.interval_check(aligned=True)
+
+    def time_check(self, step: int) -> None:
+        """The time-based check (every ``check_every_s``): clocks of ranks differ, so no
+        exchange."""
+        self.interval_check(aligned=False)
+
+    def interval_check(self, aligned: bool) -> list[Finding]:
+        """A check inside the epoch: judge the segment since the previous check (and the epoch
+        so far, once an epoch ended); warn about what it finds (``step()`` returns nothing)."""
+        tl = self._sampling.timeline
+        if tl is None or self.analyzer is None or self._disabled("analyzer"):
+            return []
+        try:
+            summary = tl.end_segment()
+            partial = tl.epoch_so_far() if tl.epochs else None
+        except Exception as e:  # noqa: BLE001
+            self._disable("segment summary", e)
+            return []
+        if summary is None:
+            return []
+        new = self.check(summary, "interval", self._view.epoch, partial=partial,
+                         exchange=aligned)
+        if self._config.warn:
+            for f in new:
+                if f.severity in WARN_SEVERITIES:
+                    self._warner.warn(f, stacklevel=6)
+        return new
+
+    def check(self, summary: EpochSummary | None, at: str, epoch: int,
+              partial: EpochSummary | None = None, exchange: bool = True) -> list[Finding]:
+        """One check of ``summary``: the verdicts, the watchdog, the sinks; the new findings."""
+        defer = at == "interval" and self._defer_leaks()
+        new = self.judge(summary, at, epoch, partial=partial, defer_leaks=defer,
+                         device_snapshot=self._device_snapshot(), exchange=exchange)
+        self._runtime.on_findings(new)
+        if self._sinks and summary is not None:
+            self._sinks.check(CheckReport(
+                stage=self._config.stage, epoch=summary.epoch, step=self._view.step_count,
+                check=self.checks - 1, at=at, findings=tuple(new), summary=summary,
+                rank_summaries=tuple(self.rank_summaries)))
+        self._sampling.refresh_slow()
+        self._scheduler.checked(self._view.step_count, time.monotonic())
+        return new
+
+    def _defer_leaks(self) -> bool:
+        """In the first epoch of a run planned to have more, only its end tells a leak from
+        epoch-scoped accumulation: checks inside it leave those verdicts to the epoch end."""
+        spe, total = self._view.steps_per_epoch, self._view.total_steps
+        tl = self._sampling.timeline
+        if not spe or (tl is not None and tl.epochs):
+            return False
+        return total is None or total > 1.5 * spe
+
+    def _device_snapshot(self) -> Any:
+        """The device's allocator snapshot reader, when its history is being recorded."""
+        dev = self._sampling.device
+        if dev is None or not self._runtime.history_recording:
+            return None
+        return getattr(dev, "snapshot", None)
+
+    # ------------------------------------------------------------------ a check's verdicts
+    def origin(self, summary: EpochSummary | None, epoch: int) -> Origin:
+        """Where this check's findings are born."""
+        world = self.rank.get("world_size", 1)
+        return Origin(epoch=summary.epoch if summary is not None else max(epoch - 1, 0),
+                      step=summary.end_step if summary is not None else self._view.step_count,
+                      rank=self.rank.get("rank", 0) if world > 1 else None,
+                      stage=self._config.stage, check=self.checks)
+
+    def judge(self, summary: EpochSummary | None, at: str, epoch: int, *,
+              partial: EpochSummary | None = None, defer_leaks: bool = False,
+              device_snapshot: Any = None, exchange: bool = True) -> list[Finding]:
+        """One check: the verdicts on ``summary`` (and, when ``exchange``, rank 0's verdicts
+        across ranks); the new findings, also kept in :attr:`findings`."""
+        origin = self.origin(summary, epoch)
+        self.checks += 1
+        trace = None
+        if summary is not None and self.tracer is not None:
+            try:  # before the analyzer, which reads the diff (keyed by the check)
+                trace = self.tracer.epoch_end(origin.check, self._view.step_count,
+                                              self._view.latest().get("host.rss"))
+            except Exception as e:  # noqa: BLE001
+                self.stop_tracer(e)
+        new: list[Finding] = []
+        if summary is not None and self.analyzer is not None and not self._disabled("analyzer"):
+            tracer = self.tracer
+            ctx = self.context(origin, at, partial=partial, trace=trace, defer_leaks=defer_leaks,
+                               device_snapshot=device_snapshot,
+                               tracing=tracer is not None and tracer.active,
+                               collected=tracer is not None and tracer.active
+                               and tracer.collected_epoch == origin.check)
+            new = self._analyze(summary, ctx)
+        if exchange:  # every rank, even after an empty epoch; ranks meet at the same step only
+            new += self._exchange_ranks(new, summary, origin)
+        self.keep(new)
+        return new
+
+    def context(self, origin: Origin, at: str, *, partial: EpochSummary | None = None,
+                trace: Any = None, census: str | None = None, defer_leaks: bool = False,
+                device_snapshot: Any = None, tracing: bool = False,
+                collected: bool = False, steps_done: int | None = None) -> CheckContext:
+        """What the analyzer is told at this check (it never reads the session)."""
+        view = self._view
+        return CheckContext(
+            origin=origin, at=at, partial=partial, limits=view.limits(),
+            total_steps=view.total_steps,
+            steps_done=view.step_count if steps_done is None else steps_done,
+            horizon_s=self._config.horizon_s, defer_leaks=defer_leaks,
+            device_kind=getattr(view.device, "kind", "cuda") or "cuda",
+            census=census or self._config.census, trace=trace, tracing=tracing,
+            collected=collected, device_snapshot=device_snapshot)
+
+    def keep(self, new: list[Finding], before: bool = False) -> None:
+        """Add findings to :attr:`findings` (``before``: restored ones, older than these),
+        bounded whatever the run length: the oldest go first (every one was also returned by
+        its check and handed to the sinks when it was new)."""
+        self.findings = [*new, *self.findings] if before else [*self.findings, *new]
+        if len(self.findings) > MAX_FINDINGS:
+            del self.findings[: len(self.findings) - MAX_FINDINGS]
+
+    def _analyze(self, summary: EpochSummary, ctx: CheckContext) -> list[Finding]:
+        tracer = self.tracer
+        rss0 = tracer.rss() if tracer is not None else None
+        try:
+            return list(self.analyzer.check(summary, ctx))
+        except Exception as e:  # noqa: BLE001
+            self._disable("analyzer", e)
+            return []
+        finally:
+            if rss0 is not None and tracer is not None:
+                # Under tracing, memwatch's own work here (the census) grows the traces and the
+                # RSS: the next allocation-site diff must not take that for the user's growth.
+                rss1 = tracer.rss()
+                if rss1 is not None:
+                    tracer.note_own_rss(ctx.origin.check, rss1 - rss0)
+
+    def _exchange_ranks(self, new: list[Finding], summary: EpochSummary | None,
+                        origin: Origin) -> list[Finding]:
+        ex = self.exchange
+        if ex is None or self._disabled("rank exchange"):
+            return []
+        try:
+            from memwatch.analysis.rules.ranks import cross_rank_findings
+            from memwatch.runtime.exchange import rank_payload
+
+            self.rank_summaries = []
+            got = ex.exchange(rank_payload(self._view, new, summary))
+            if got is not None:  # rank 0
+                self.rank_summaries = got
+                last = self.rank_last_seen + [None] * (len(got) - len(self.rank_last_seen))
+                self.rank_last_seen = [g if g is not None else prev
+                                       for g, prev in zip(got, last[:len(got)], strict=True)]
+                return cross_rank_findings(got, ex.missing, self._config.exchange_timeout_s,
+                                           origin)
+        except Exception as e:  # noqa: BLE001
+            self._disable("rank exchange", e)
+        return []
+
+    def replay(self, epochs: list[EpochSummary]) -> None:
+        """Feed restored epochs to the analyzer (its per-metric history and the findings it
+        says once); what it finds is dropped: it was reported before the restart."""
+        analyzer = self.analyzer
+        if analyzer is None or self._disabled("analyzer") or not epochs:
+            return
+        try:
+            for i, e in enumerate(epochs):
+                # A census counts the objects alive now: taken once, at the last restored epoch,
+                # it is the baseline the first check after the restart compares with, so it is
+                # taken whatever "auto" would decide (a large heap, an epoch that looked flat):
+                # without it the first verdict after a restart would wait one more epoch. The
+                # allocation tracer's diffs belong to this process's checks: none here.
+                last = i == len(epochs) - 1
+                census = "skip" if not last else (
+                    "never" if self._config.census == "never" else "always")
+                ctx = self.context(Origin(epoch=e.epoch, step=e.end_step,
+                                          stage=self._config.stage), "epoch_end",
+                                   census=census, steps_done=e.end_step)
+                analyzer.check(e, ctx)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("memwatch: the analyzer could not replay the restored epochs (%s: %s); "
+                        "verdicts start fresh", type(exc).__name__, exc)
+            self.analyzer = None
+            self.start_analyzer()

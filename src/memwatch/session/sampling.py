@@ -1,0 +1,198 @@
+"""Where a session's samples come from and where they go: the probes it opened, the background
+reader of slow values, and the timeline every sample is appended to.
+
+:meth:`Sampling.record` is the hot path's one call: read the fast probes (counters that never
+synchronise a device), append them with the background reader's last slow values, count the
+step. Everything else here runs at start, at checks or when something fails.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from memwatch.probes.base import DeviceProbe, Probe
+from memwatch.session.config import WatchConfig
+from memwatch.session.probes import NanProbe, open_probes, resolve_device
+from memwatch.timeline import Timeline
+from memwatch.timeline.sampler import BackgroundSampler, SlowReader
+
+log = logging.getLogger("memwatch")
+
+__all__ = ["Sampling"]
+
+#: Metrics whose limit, inside a memory cgroup, is what the rest of the job leaves them.
+_JOB_SHARED = ("host.rss", "host.uss", "host.pss", "host.rss_anon", "host.rss_shmem",
+               "workers.uss", "workers.pss", "workers.rss")
+
+
+class Sampling:
+    """The probes, the slow reader, the background sampler and the timeline of one session.
+
+    Attributes:
+        device: the device probe (None: host and workers only).
+        probes: every probe opened.
+        timeline: the fixed-memory store of samples (None before ``open()``).
+        step_count: samples recorded (optimizer steps), counting on across a resume.
+    """
+
+    def __init__(self, config: WatchConfig, disable: Callable[[str, BaseException], None]) -> None:
+        self._config = config
+        self._disable = disable
+        self.device: DeviceProbe | None = None
+        self.probes: list[Probe] = []
+        self.timeline: Timeline | None = None
+        self.step_count = 0
+        self.slow: SlowReader | None = None
+        self.sampler: BackgroundSampler | None = None
+        self._fast: list[Probe] = []
+        self._read: Callable[[], Sequence[float]] = tuple
+        self._oom_kills_at_start: int | None = None
+
+    def open(self) -> None:
+        """Open the probes, make the timeline and start the background sampler."""
+        cfg = self._config
+        self.device = resolve_device(cfg.device_spec)
+        self.probes = open_probes(self.device, cfg.host, cfg.workers)
+        self._fast = [p for p in self.probes if p.fast_keys]
+        self._bind()
+        self.slow = SlowReader([p for p in self.probes if p.slow_keys], self._probe_failed)
+        fast_keys = [k for p in self._fast for k in p.fast_keys]
+        self.timeline = Timeline(fast_keys + list(self.slow.keys), capacity=cfg.capacity,
+                                 buckets_per_epoch=cfg.buckets_per_epoch,
+                                 n_fast=len(fast_keys))
+        self.slow.poll()  # values exist from the first step on
+        cg = self.probe("cgroup")  # the baseline every later OOM-kill count is compared with
+        self._oom_kills_at_start = cg.oom_kills() if cg is not None else None
+        self.sampler = BackgroundSampler(self.slow, cfg.interval_s)
+        self.sampler.start()
+
+    def _bind(self) -> None:
+        # The hot path calls one bound method it looked up once: the only fast probe's own
+        # read_fast (the usual case: the host, or the device), or one that joins several.
+        reads = tuple(p.read_fast for p in self._fast)
+        if len(reads) == 1:
+            self._read = reads[0]
+        elif len(reads) == 2:  # a device and the host: their tuples, joined
+            first, second = reads
+
+            def read_two() -> Sequence[float]:
+                return tuple(first()) + tuple(second())
+
+            self._read = read_two
+        else:
+            def read_all() -> list[float]:
+                vals: list[float] = []
+                for read in reads:
+                    vals.extend(read())
+                return vals
+
+            self._read = read_all
+
+    # ------------------------------------------------------------------ hot path
+    def record(self) -> float:
+        """Sample every fast probe, store the sample, count the step; returns its time."""
+        fast = self._read()
+        t = time.monotonic()
+        n = self.step_count + 1
+        # Count the step only once it is stored: a failed record retries in recover().
+        self.timeline.record(n, t, fast, self.slow.values)  # type: ignore[union-attr]
+        self.step_count = n
+        return t
+
+    def recover(self) -> float:
+        """Slow path after a failed :meth:`record`: find the failing probe, replace it with NaN
+        columns, record the step. Raises when the step still cannot be recorded."""
+        for i, p in enumerate(list(self._fast)):
+            try:
+                got = p.read_fast()
+                if len(got) != len(p.fast_keys):
+                    raise RuntimeError(
+                        f"read_fast returned {len(got)} values for {len(p.fast_keys)} keys")
+            except Exception as e:  # noqa: BLE001
+                self._probe_failed(p, e)
+                self._fast[i] = NanProbe(p)
+        self._bind()
+        return self.record()
+
+    def resume_at(self, step_count: int) -> None:
+        """Continue the step numbering of a restored run (never backwards)."""
+        self.step_count = max(self.step_count, int(step_count))
+
+    # ------------------------------------------------------------------ checks and reads
+    def refresh_slow(self) -> None:
+        """Fresh slow readings (USS/PSS, RSS by kind, workers) for the rows of the next unit,
+        right after a check. The closed unit's rows are already summarised, so a read before the
+        check reaches no verdict; read after it, the next unit starts from what the check left
+        (its census, its findings), as the per-step RSS does, instead of showing it one unit
+        late when the unit is shorter than the background interval."""
+        if self.slow is None:
+            return
+        try:
+            self.slow.poll()
+        except Exception as e:  # noqa: BLE001 - each probe guards itself; this is the backstop
+            self._disable("slow reader", e)
+
+    def latest(self) -> dict[str, float]:
+        """The last sample as a flat dict of metric -> value (bytes, counts)."""
+        return self.timeline.latest() if self.timeline is not None else {}
+
+    def limits(self) -> dict[str, float]:
+        """Known byte limits per metric (device total, cgroup or physical memory).
+
+        Inside a memory cgroup the kernel kills when the whole job (this process, its workers,
+        everything else in the cgroup) fills the limit, so a host or worker metric's limit is
+        its own value plus the room the cgroup has left: ``value + limit - working_set``.
+        """
+        out: dict[str, float] = {}
+        for p in self.probes:
+            try:
+                out.update(p.limits())
+            except Exception:  # noqa: BLE001
+                continue
+        latest = self.latest()
+        limit, used = latest.get("cgroup.limit"), latest.get("cgroup.working_set")
+        if limit and used is not None and math.isfinite(limit) and math.isfinite(used):
+            room = max(0.0, limit - used)
+            for m in _JOB_SHARED:
+                v = latest.get(m)
+                if v is not None and math.isfinite(v):
+                    out[m] = min(out.get(m, math.inf), v + room)
+        return out
+
+    def probe(self, name: str) -> Any:
+        """The open probe called ``name`` (``"host"``, ``"workers"``, ``"cgroup"``...), or
+        None."""
+        return next((p for p in self.probes if p.name == name), None)
+
+    def cgroup_info(self) -> dict[str, Any] | None:
+        p = self.probe("cgroup")
+        if p is None:
+            return None
+        return {**p.describe(), "oom_kills_at_start": self._oom_kills_at_start,
+                "oom_kills": p.oom_kills()}
+
+    def after_each_poll(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` on the background thread after each of its polls (the black box)."""
+        if self.sampler is not None:
+            self.sampler.after_poll = fn
+
+    # ------------------------------------------------------------------ end
+    def after_fork_in_child(self) -> None:
+        if self.sampler is not None:
+            self.sampler.forget_after_fork()
+
+    def close(self) -> None:
+        if self.sampler is not None:
+            self.sampler.stop()
+        for p in self.probes:
+            try:
+                p.close()
+            except Exception:  # noqa: BLE001
+                log.debug("memwatch: probe %s failed to close", p.name, exc_info=True)
+
+    def _probe_failed(self, probe: Probe, exc: BaseException) -> None:
+        self._disable(f"probe {probe.name}", exc)

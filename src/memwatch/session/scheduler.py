@@ -1,0 +1,99 @@
+"""When a session's periodic work runs: every N optimizer steps (the sinks' samples, the watchdog
+and the flight recorder's housekeeping, checks inside long epochs) and every T seconds (checks by
+time). One object owns both clocks, so ``step()`` asks one question: is anything due?
+
+Example::
+
+    >>> from memwatch.session.scheduler import Scheduler
+    >>> ran = []
+    >>> s = Scheduler()
+    >>> s.every_steps("log", 4, lambda step: ran.append(("log", step)), step=0, aligned=True)
+    >>> s.checks(every_n=3, every_s=None, by_steps=lambda step: ran.append(("check", step)),
+    ...          by_time=lambda step: ran.append(("timed", step)), step=0, now=0.0)
+    >>> for step in range(1, 9):
+    ...     if step >= s.next_due or step >= s.due_t:
+    ...         s.run(step, now=float(step))
+    >>> ran
+    [('check', 3), ('log', 4), ('check', 6), ('log', 8)]
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+
+from memwatch.runtime.schedule import Schedule
+
+__all__ = ["Scheduler"]
+
+_NEVER = sys.maxsize
+_CHECK = "check"
+
+
+class Scheduler:
+    """Step- and time-based periodic work of one session.
+
+    Attributes:
+        next_due: the smallest optimizer step at which some step task is due
+            (``sys.maxsize``: none).
+        due_t: the monotonic time at which a check by time is due (``inf``: none).
+    """
+
+    def __init__(self) -> None:
+        self._steps = Schedule()
+        self.next_due = _NEVER
+        self.due_t = math.inf
+        self._every_s: float | None = None
+        self._by_time: Callable[[int], None] | None = None
+
+    def every_steps(self, name: str, every: int, fn: Callable[[int], None], step: int,
+                    aligned: bool = False) -> None:
+        """Run ``fn(step)`` every ``every`` optimizer steps from ``step`` on (``aligned``: at
+        multiples of ``every``, so logged steps line up across a resume)."""
+        self._steps.add(name, every, fn, step, aligned=aligned)
+        self.next_due = self._steps.next_due
+
+    def checks(self, every_n: int | None, every_s: float | None,
+               by_steps: Callable[[int], None], by_time: Callable[[int], None], step: int,
+               now: float) -> None:
+        """Checks every ``every_n`` steps (``by_steps(step)``) and/or every ``every_s`` seconds
+        (``by_time(step)``), whichever comes first; after any check both count from then on."""
+        self._by_time = by_time
+        self._every_s = every_s
+        if every_n is not None:
+            self._steps.add(_CHECK, every_n, by_steps, step)
+        else:
+            self._steps.remove(_CHECK)
+        self.next_due = self._steps.next_due
+        self.due_t = now + every_s if every_s is not None else math.inf
+
+    def run(self, step: int, now: float) -> None:
+        """Run what is due at ``step`` and time ``now``. A task's exception propagates (the
+        session owns the failure rule); the schedule is kept either way."""
+        try:
+            self._steps.run(step)
+            if now >= self.due_t and self._by_time is not None:
+                # (a step-based check just now pushed the time-based one back)
+                self._by_time(step)
+        finally:
+            self.next_due = self._steps.next_due
+
+    def checked(self, step: int, now: float) -> None:
+        """A check ran (at an epoch end, by steps or by time): the next one is due
+        ``every_n`` steps and ``every_s`` seconds from now."""
+        self._steps.restart(_CHECK, step)
+        self.next_due = self._steps.next_due
+        self.due_t = now + self._every_s if self._every_s is not None else math.inf
+
+    def reschedule(self, step: int) -> None:
+        """Plan every step task from ``step`` (after the step count jumped: a resumed run)."""
+        self._steps.reschedule(step)
+        self.next_due = self._steps.next_due
+
+    def clear(self) -> None:
+        """Nothing is due any more (a closed session)."""
+        self._steps.clear()
+        self._by_time = None
+        self.next_due = _NEVER
+        self.due_t = math.inf
