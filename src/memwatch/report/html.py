@@ -146,17 +146,22 @@ def render(d: ReportData, plotly: str | None = None, with_charts: bool = True) -
 def write_html(html: str, path: str | os.PathLike[str]) -> Path:
     """Write ``html`` to ``path`` atomically (a reader never sees half a report)."""
     out = Path(os.path.abspath(path))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=out.parent)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=out.parent)
+    except OSError as e:  # name the file asked for, not the temporary one
+        raise OSError(e.errno, e.strerror, str(out)) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(html)
         os.replace(tmp, out)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError):
+            raise OSError(e.errno, e.strerror, str(out)) from None
         raise
     return out
 

@@ -32,8 +32,8 @@ from memwatch.core.errors import BundleError
 from memwatch.core.units import fmt_bytes
 from memwatch.report.data import finite  # finite number or None, as the report reads values
 
-__all__ = ["FAILURE_TRIGGERS", "WEAK_KEY_GAP_S", "Job", "JobComparison", "RankAtFailure",
-           "RankBundle", "compare", "group_jobs", "job_key", "render_comparison"]
+__all__ = ["FAILURE_TRIGGERS", "LATE_TRIGGERS", "WEAK_KEY_GAP_S", "Job", "JobComparison",
+           "RankAtFailure", "RankBundle", "compare", "group_jobs", "job_key", "render_comparison"]
 
 #: Triggers that mean "this rank failed", in order of preference for the first failure.
 FAILURE_TRIGGERS: tuple[str, ...] = ("exception", "oom_observer")
@@ -352,8 +352,8 @@ def render_comparison(c: JobComparison) -> str:
     m = f.bundle.manifest
     out = [f"memwatch job {j.label}: world size {j.world_size}, bundles from rank(s) "
            f"{', '.join(map(str, j.ranks))} (job id from {j.source or 'the bundles'})", ""]
-    lead = (f"Rank {f.rank} failed first" if f.trigger != "manual" else
-            f"No rank failed (manual bundles only); the first is rank {f.rank}'s")
+    lead = (f"Rank {f.rank} failed first" if f.is_failure or f.trigger in LATE_TRIGGERS else
+            f"No rank failed (manual or end-of-run bundles only); the first is rank {f.rank}'s")
     out.append(f"{lead}, at {_utc(f.time)} on host {f.host} "
                f"(epoch {m.get('epoch', '?')}, step {m.get('step', '?')}):")
     out.append(f"  {c.headline}")
