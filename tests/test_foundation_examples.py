@@ -46,3 +46,12 @@ def test_example_runs(script: Path, tmp_path: Path) -> None:
     out = _run(script, tmp_path).stdout
     for text in EXPECTED.get(script.stem, []):
         assert text in out, f"{script.name} did not print {text!r}:\n{out}"
+    if script.stem == "lightning_demo":
+        # The commands it prints to look at the bundle run as printed, from where it ran.
+        cmds = [ln.split(":", 1)[1].strip() for ln in out.splitlines()
+                if ln.lstrip().startswith(("look inside:", "as a web page:"))]
+        assert len(cmds) == 2, out
+        for cmd in cmds:
+            r = subprocess.run(cmd, shell=True, cwd=tmp_path, capture_output=True, text=True,
+                               timeout=120)
+            assert r.returncode == 0, (cmd, r.stderr)

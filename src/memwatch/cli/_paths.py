@@ -11,13 +11,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from memwatch.bundle import OOM_SUBDIR, TMP_PREFIX, find_bundles
+from memwatch.bundle import OOM_SUBDIR, TMP_PREFIX, Bundle, find_bundles
 from memwatch.bundle.blackbox import BLACKBOX_SUBDIR
 from memwatch.core.errors import BundleError
 from memwatch.report.jobs import group_jobs
 
-__all__ = ["DEFAULT_OUT_DIR", "default_out_dir", "holds_output", "is_output_dir",
-           "non_negative_int", "pick_bundle"]
+__all__ = ["DEFAULT_OUT_DIR", "bundle_entries", "default_out_dir", "holds_output",
+           "is_output_dir", "non_negative_int", "pick_bundle"]
 
 #: ``MemWatch(out_dir=...)``'s default, relative to the working directory.
 DEFAULT_OUT_DIR = "memwatch"
@@ -44,6 +44,14 @@ def holds_output(d: Path) -> bool:
         return False
 
 
+def bundle_entries(d: Path) -> list[tuple[Path, Bundle | BundleError]]:
+    """``find_bundles(d)`` without what an ``out_dir`` holds beside its bundles: its
+    ``blackbox/`` folder, or a rank's ``out_dir`` with a black box and no ``oom/`` yet, are not
+    broken bundles."""
+    return [(p, b) for p, b in find_bundles(d) if isinstance(b, Bundle)
+            or not (p.name == BLACKBOX_SUBDIR or _is_out_dir(p))]
+
+
 def is_output_dir(d: Path) -> bool:
     """A folder of bundles (an ``out_dir``, its ``oom/``, per-rank ``out_dir``s), not a bundle."""
     return d.is_dir() and not _is_bundle(d) and holds_output(d)
@@ -52,7 +60,7 @@ def is_output_dir(d: Path) -> bool:
 def pick_bundle(d: Path) -> tuple[Path, str]:
     """The bundle a command shows for the folder ``d``, and one line saying which and why: the
     first failure of the newest distributed job when there is one, else the newest bundle."""
-    entries = find_bundles(d)
+    entries = bundle_entries(d)
     good = [path for path, b in entries if not isinstance(b, BundleError)]
     if not good:
         raise BundleError(f"{d}: no readable bundle here (`memwatch ls {d}` says why)")

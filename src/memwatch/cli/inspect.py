@@ -19,16 +19,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from memwatch.bundle import find_bundles, open_bundle
+from memwatch.bundle import open_bundle
 from memwatch.bundle.blackbox import BLACKBOX_SUBDIR, ENDED_SUBDIR, judge, read_record, summary_line
 from memwatch.bundle.documents import segments_summary
 from memwatch.cli._base import Command
-from memwatch.cli._paths import is_output_dir, non_negative_int
+from memwatch.cli._paths import bundle_entries, is_output_dir, non_negative_int
 from memwatch.core.errors import BundleError, MemwatchError
 from memwatch.core.units import fmt_bytes
 from memwatch.report.jobs import compare, group_jobs, render_comparison
 from memwatch.report.summary import summarize
 from memwatch.report.terminal import print_summary
+from memwatch.report.text import shorten
 
 
 class InspectCommand(Command):
@@ -78,7 +79,7 @@ class InspectCommand(Command):
 
     def _dir(self, d: Path, args: argparse.Namespace) -> int:
         want: str | None = args.job
-        entries = find_bundles(d)
+        entries = bundle_entries(d)
         jobs, rest = group_jobs(entries)
         if want is not None:
             picked = [j for j in jobs if j.id == want or j.label == want]
@@ -130,5 +131,5 @@ def _blackbox(path: Path, rows: int) -> int:
     print(f"\nFindings ({len(findings)}):" if findings else "\nNo findings.")
     for f in findings:
         print(f"  [{f.get('severity')}] {f.get('kind')} {f.get('metric')}: "
-              f"{str(f.get('message'))[:160]}")
+              f"{shorten(f.get('message'), 160)}")
     return 0

@@ -20,10 +20,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from memwatch.bundle import Bundle, find_bundles
+from memwatch.bundle import Bundle
 from memwatch.bundle.blackbox import find_records, judge, summary_line
 from memwatch.cli._base import Command
-from memwatch.cli._paths import default_out_dir, holds_output
+from memwatch.cli._paths import bundle_entries, default_out_dir, holds_output
 from memwatch.core.errors import BundleError
 from memwatch.core.units import fmt_bytes
 from memwatch.report.jobs import LATE_TRIGGERS, Job, group_jobs
@@ -98,7 +98,7 @@ class LsCommand(Command):
             args.dir = default_out_dir(self.name)
         # A folder that holds nothing memwatch wrote: its subfolders are not broken bundles.
         d = Path(args.dir)
-        entries = find_bundles(d) if holds_output(d) or not d.is_dir() else []
+        entries = bundle_entries(d) if holds_output(d) or not d.is_dir() else []
         jobs, rest = group_jobs(entries)
         recs = _records(args.dir)
         if args.json:

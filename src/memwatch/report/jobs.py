@@ -31,6 +31,7 @@ from memwatch.bundle import Bundle
 from memwatch.core.errors import BundleError
 from memwatch.core.units import fmt_bytes
 from memwatch.report.data import finite  # finite number or None, as the report reads values
+from memwatch.report.text import shorten
 
 __all__ = ["FAILURE_TRIGGERS", "LATE_TRIGGERS", "WEAK_KEY_GAP_S", "Job", "JobComparison",
            "RankAtFailure", "RankBundle", "compare", "group_jobs", "job_key", "render_comparison"]
@@ -358,7 +359,7 @@ def render_comparison(c: JobComparison) -> str:
                f"(epoch {m.get('epoch', '?')}, step {m.get('step', '?')}):")
     out.append(f"  {c.headline}")
     if c.message:
-        out.append(f"  {c.message[:300]}")
+        out.append(f"  {shorten(c.message, 300)}")
     out.append("")
     out.append(f"Every rank at that moment (the last sample at or before {_utc(f.time)[11:]}; "
                "percentages are of the rank's limit):")
@@ -385,7 +386,7 @@ def render_comparison(c: JobComparison) -> str:
             rate_s = f", {fmt_bytes(rate)}/step" if isinstance(rate, (int, float)) else ""
             culprit = fd.get("culprit")
             out.append(f"  rank {rank}: {fd.get('kind')} on {fd.get('metric')}{rate_s}"
-                       + (f" - {str(culprit).splitlines()[0][:160]}" if culprit else ""))
+                       + (f" - {shorten(culprit, 160)}" if culprit else ""))
     for n in c.notes:
         out.append("")
         out.append(n)
