@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import memwatch
-from memwatch.testing import FakeDevice
+from memwatch.testing import FakeDevice, malloc_trim
 
 MIB = 1 << 20
 
@@ -146,9 +146,14 @@ KEPT: list[Any] = []
 
 def leak_bundle(out_dir: Path, epochs: int = 3, steps: int = 40) -> Path:
     """A bundle (``mw.dump``) of a CPU run whose global list ``KEPT`` gains 512 KiB a step."""
+    import gc
+
     import torch
 
     KEPT.clear()
+    # Earlier tests' freed heap back to the kernel first: the leak would refill it, RSS flat.
+    gc.collect()
+    malloc_trim()
     with memwatch.watch(device="cpu", workers=False, out_dir=out_dir, signals=False,
                         watchdog=False) as mw:
         for _ in range(epochs):
