@@ -78,7 +78,7 @@ def test_bundle_report_sections(bundle: Path, tmp_path: Path) -> None:
     names = [t["name"] for t in alloc["data"]]
     # The leak's trend comes from the analyzer's verdict and is extrapolated to the limit; the
     # floors (memory held) and the checks are drawn with it.
-    assert names == ["device.allocated", "floor (held)", "trend", "forecast", "check"], names
+    assert names == ["floor (held)", "device.allocated", "trend", "forecast", "check"], names
     assert any(s["type"] == "line" and s["yref"] == "paper" for s in alloc["layout"]["shapes"])
     assert sum(1 for a in alloc["layout"]["annotations"] if "end of epoch" in a["text"]) == 3
     assert "the analyzer&#x27;s verdict" in html and "reaches the 256.0 MiB limit" in html
@@ -93,6 +93,14 @@ def test_bundle_report_sections(bundle: Path, tmp_path: Path) -> None:
     first_row = html[top_live:top_live + 1200]
     assert "cache_activations" in first_row, first_row
     assert "What this report could not show" not in html
+    # What the memory charts share (their steps, the epoch-end marks) is in the page once.
+    raw = re.search(r"id='mw-figures'>(.*?)</script>", html, re.S)
+    assert raw is not None
+    steps = json.dumps(figures(html)[1]["data"][0]["x"], separators=(",", ":"))
+    assert raw.group(1).count(steps) == 1
+    marked = [f for f in figures(html) if any("end of epoch 0" in a.get("text", "")
+                                              for a in f["layout"]["annotations"] or [])]
+    assert raw.group(1).count('"text":"end of epoch 0"') < len(marked)
 
 
 def test_bundle_views_match_snapshot(bundle: Path) -> None:
@@ -245,7 +253,8 @@ def test_export_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     for p in (csv_path, json_path):
         html = render_export(p, tmp_path / f"{p.suffix[1:]}.html").read_text()
         fig = next(f for f in figures(html) if f["layout"]["title"]["text"] == "host.rss")
-        assert len(fig["data"][0]["x"]) == 120, p
+        series = next(t for t in fig["data"] if t["name"] == "host.rss")
+        assert len(series["x"]) == 120, p
     assert len(from_export(json_path).epochs) == 3
     # Logger-key exports (W&B / CSV logger columns) are converted back to bytes.
     lk = tmp_path / "logged.csv"

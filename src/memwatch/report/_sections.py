@@ -106,8 +106,8 @@ def _workers(p: Page) -> None:
 def _findings(p: Page) -> None:
     d = p.d
     latest = sorted(latest_findings(d.findings), key=_severity_rank)
-    p.details("findings", f"Findings, every kind and metric ({len(latest)} latest of "
-                          f"{len(d.findings)})")
+    p.details("findings", "Findings, every kind and metric " + (
+        f"({len(latest)} latest of {len(d.findings)})" if d.findings else "(none)"))
     if len(latest) < len(d.findings):
         p.add("<p class='muted'>The analyzer restates a verdict at every epoch end; the latest "
               "of each kind and metric is shown.</p>")

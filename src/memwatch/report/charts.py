@@ -147,11 +147,11 @@ def memory_chart(d: ReportData, metric: str, hero: bool = False
         "hovertemplate": f"%{{y:.3f}} {unit}<extra>{metric}</extra>",
     }]
     floors = d.floors.get(metric) if hero else None
-    if floors is not None:
-        data.append({"type": "scatter", "mode": "lines", "name": "floor (held)",
-                     "x": floors[0], "y": [_num(v, scale) for v in floors[1]],
-                     "line": {"color": "#2ca02c", "width": 1.5, "shape": "hvh"},
-                     "hovertemplate": f"floor %{{y:.3f}} {unit}<extra></extra>"})
+    if floors is not None:  # beneath the samples: where they part, the sawtooth shows
+        data.insert(0, {"type": "scatter", "mode": "lines", "name": "floor (held)",
+                        "x": floors[0], "y": [_num(v, scale) for v in floors[1]],
+                        "line": {"color": "#7fc97f", "width": 4, "shape": "hvh"},
+                        "hovertemplate": f"floor %{{y:.3f}} {unit}<extra></extra>"})
     if trend is not None and trend.significant:
         data.append({"type": "scatter", "mode": "lines", "name": "trend",
                      "x": [trend.x0, trend.x1],

@@ -97,7 +97,7 @@ def hero(p: Page) -> None:
     p.shown.add(metric)
     vals = [v for v in d.values[metric] if v is not None]
     cap = (f"<code>{esc(metric)}</code>: samples (blue; a window of many is drawn as its "
-           "maximum), the floor, which is the memory still held (green), the trend of the memory "
+           "maximum) above their floor, the memory still held (green), the trend of the memory "
            "held (dashed red) and its forecast to the limit (dotted), the checks (◆: hover for "
            f"what each judged). Last {esc(fmt_bytes(vals[-1]))}, peak "
            f"{esc(fmt_bytes(max(vals)))}")
@@ -106,6 +106,10 @@ def hero(p: Page) -> None:
     limit = d.limits.get(metric)
     if limit:
         drawn = any(s.get("xref") == "paper" for s in fig["layout"]["shapes"])  # the limit
-        cap += (f"; limit {esc(fmt_bytes(limit))} ({max(vals) / limit:.1%} at the peak"
-                + (", red dashed line" if drawn else ", too far above to draw") + ")")
+        where = "the red dashed line" if drawn else "too far above to draw"
+        if trend is not None and trend.significant and trend.limit_step is not None:
+            cap += f" (the peak is {max(vals) / limit:.1%} of it; {where})"
+        else:
+            cap += (f"; limit {esc(fmt_bytes(limit))} ({max(vals) / limit:.1%} at the peak, "
+                    f"{where})")
     p.chart(fig, cap + ".")

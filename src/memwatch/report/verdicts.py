@@ -227,13 +227,21 @@ def cards(d: ReportData) -> list[Card]:
 
 
 def peaks(d: ReportData) -> list[tuple[str, float, float | None]]:
-    """(metric, peak, limit) for the metrics a person reads first, when they have samples."""
+    """(metric, peak, limit) of the first metric with samples of each scope (device, host,
+    workers, cgroup), in the order a person reads them."""
     out = []
+    scopes: set[str] = set()
     for m in SHOWN_METRICS:
         vals = [v for v in d.values.get(m) or [] if v is not None]
-        if vals:
+        if vals and m.split(".")[0] not in scopes:
+            scopes.add(m.split(".")[0])
             out.append((m, max(vals), d.limits.get(m)))
     return out
+
+
+def _share(v: float, limit: float) -> str:
+    s = v / limit
+    return f"{s:.0%}" if s >= 0.095 else f"{s:.1%}" if s >= 0.001 else "<0.1%"
 
 
 def clean_line(d: ReportData) -> str:
@@ -245,7 +253,7 @@ def clean_line(d: ReportData) -> str:
     else:
         head = ("No verdict yet: no check has judged this run (verdicts come at epoch ends and "
                 "every check_every_n_steps steps)")
-    peak = "; ".join(f"{m} {fmt_bytes(v)}" + (f" ({v / lim:.0%} of {fmt_bytes(lim)})"
+    peak = "; ".join(f"{m} {fmt_bytes(v)}" + (f" ({_share(v, lim)} of {fmt_bytes(lim)})"
                                               if lim else "") for m, v, lim in peaks(d)[:3])
     tail = f" ({n_info} informational finding(s) below)" if n_info else ""
     return head + (f". Peak: {peak}" if peak else "") + "." + tail
