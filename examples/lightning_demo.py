@@ -15,7 +15,10 @@ offline mode when ``wandb`` is installed (nothing leaves the machine).
 
     python examples/lightning_demo.py                # leak -> verdict -> OOM -> bundle
     python examples/lightning_demo.py --no-oom       # leak -> verdict
-    memwatch inspect <bundle printed at the end>     # what was in memory when it died
+
+At the end it prints the commands that show the bundle (``memwatch inspect``, ``memwatch
+report``), spelled so that they run as printed: ``.venv/bin/memwatch`` after ``make demo`` (the
+environment is not activated, so ``memwatch`` alone is not on ``PATH``).
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from memwatch.core.units import fmt_bytes, fmt_duration
 from memwatch.integrations.lightning import MemWatchCallback, MemWatchWarning
+from memwatch.report.text import shorten
+from memwatch.runtime.announce import cli_line
 
 
 class LeakyRegressor(L.LightningModule):
@@ -142,10 +147,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    try: {s}")
     if died is not None:
         print(f"\n=== the run died at step {trainer.global_step} ===\n"
-              f"{type(died).__name__}: {str(died).splitlines()[0][:160]}")
-        if memwatch_cb.bundle_path is not None:
-            print(f"flight-recorder bundle: {memwatch_cb.bundle_path}\n"
-                  f"    look inside: memwatch inspect {memwatch_cb.bundle_path}")
+              f"{type(died).__name__}: {shorten(died, 160)}")
+        bundle = memwatch_cb.bundle_path
+        if bundle is not None:
+            print(f"flight-recorder bundle: {bundle}\n"
+                  f"    look inside:  {cli_line('inspect', bundle)}\n"
+                  f"    as a web page: {cli_line('report', bundle, '-o', out / 'report.html')}")
         else:
             print("no bundle was written (see the log above)")
     print(f"\nCSV metrics: {Path(loggers[0].log_dir) / 'metrics.csv'}")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import memwatch
-from memwatch.testing import FakeDevice
+from memwatch.testing import FakeDevice, malloc_trim
 
 MIB = 1 << 20
 
@@ -137,3 +137,31 @@ def live_run_with_workers(out_dir: Path, epochs: int = 3) -> Any:
             mw.end_epoch()
     del loader
     return mw
+
+
+#: The planted leak of :func:`leak_bundle`: a module global, so its holder reads
+#: ``report_builders.KEPT``.
+KEPT: list[Any] = []
+
+
+def leak_bundle(out_dir: Path, epochs: int = 3, steps: int = 40) -> Path:
+    """A bundle (``mw.dump``) of a CPU run whose global list ``KEPT`` gains 512 KiB a step."""
+    import gc
+
+    import torch
+
+    KEPT.clear()
+    # Earlier tests' freed heap back to the kernel first: the leak would refill it, RSS flat.
+    gc.collect()
+    malloc_trim()
+    with memwatch.watch(device="cpu", workers=False, out_dir=out_dir, signals=False,
+                        watchdog=False) as mw:
+        for _ in range(epochs):
+            for _ in range(steps):
+                KEPT.append(torch.ones(128 * 1024))  # 512 KiB, kept: the leak
+                mw.step()
+            mw.end_epoch()
+        path = mw.dump("the report's first screen")
+    KEPT.clear()
+    assert path is not None
+    return path

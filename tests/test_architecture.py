@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
     "testing": 7,
     "cli": 8,
     "__init__": 9,  # memwatch/__init__.py: the public facade
+    "__main__": 9,  # memwatch/__main__.py: `python -m memwatch`, delegates to cli.main
 }
 ADAPTERS = ("lightning", "transformers", "accelerate")
 MAX_ADAPTER_CODE_LINES = 150

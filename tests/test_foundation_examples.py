@@ -7,6 +7,7 @@ tiny configuration) and its working directory in a temporary folder (where it wr
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -46,3 +47,17 @@ def test_example_runs(script: Path, tmp_path: Path) -> None:
     out = _run(script, tmp_path).stdout
     for text in EXPECTED.get(script.stem, []):
         assert text in out, f"{script.name} did not print {text!r}:\n{out}"
+    if script.stem == "lightning_demo":
+        # The commands it prints to look at the bundle run as printed, from where it ran; so do
+        # the README's, from a checkout where `make demo` ran (its .venv is this interpreter's).
+        cmds = [ln.split(":", 1)[1].strip() for ln in out.splitlines()
+                if ln.lstrip().startswith(("look inside:", "as a web page:"))]
+        assert len(cmds) == 2, out
+        readme = (EXAMPLES.parent / "README.md").read_text()
+        from_readme = re.findall(r"^(\.venv/bin/memwatch [^#\n]*?)\s*(?:#.*)?$", readme, re.M)
+        assert len(from_readme) == 2, from_readme
+        (tmp_path / ".venv").symlink_to(Path(sys.executable).parent.parent)
+        for cmd in cmds + from_readme:
+            r = subprocess.run(cmd, shell=True, cwd=tmp_path, capture_output=True, text=True,
+                               timeout=120)
+            assert r.returncode == 0, (cmd, r.stderr)

@@ -96,13 +96,83 @@ def test_report_is_self_contained(bundle: Path, tmp_path: Path,
     assert "id='mw-figures'" in (bundle / "report.html").read_text()
 
 
-def test_console_script_entry_point(bundle: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "memwatch.cli", "inspect", "/nonexistent/x"],
+@pytest.mark.parametrize("module", ["memwatch", "memwatch.cli"])
+def test_python_dash_m(bundle: Path, module: str) -> None:
+    r = subprocess.run([sys.executable, "-m", module, "inspect", "/nonexistent/x"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "no such bundle" in r.stderr
-    r = subprocess.run([sys.executable, "-m", "memwatch.cli", "--help"], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0 and "inspect" in r.stdout and "report" in r.stdout
+    r = subprocess.run([sys.executable, "-m", module, "ls", str(bundle.parent)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and bundle.name in r.stdout, r.stderr
+
+
+# ---------------------------------------------------------------- the default out_dir
+def test_default_out_dir_only_when_it_holds_memwatch_output(
+        bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    run_bad(["ls"], capsys, "there is no ./memwatch here; name the out_dir your run wrote to: "
+                            "memwatch ls DIR")
+    # A clone of this repository called memwatch: not an out_dir, whatever its folders.
+    for d in (".git", ".venv", "src", "docs", "tests"):
+        (tmp_path / "memwatch" / d).mkdir(parents=True)
+    run_bad(["ls"], capsys, "./memwatch holds no memwatch output (no bundle, no oom/ or "
+                            "blackbox/ folder); name the out_dir")
+    # Named on purpose it is listed, as nothing: its folders are not broken bundles.
+    assert main(["ls", "memwatch"]) == 0
+    out = capsys.readouterr().out
+    assert out == "no bundles under memwatch\n" and "unreadable" not in out
+    # An out_dir (oom/ with a bundle) is taken as the default.
+    shutil.rmtree(tmp_path / "memwatch")
+    copy(bundle, tmp_path / "memwatch" / "oom")
+    assert main(["ls"]) == 0
+    out = capsys.readouterr().out
+    assert bundle.name in out and "unreadable" not in out
+    # So is one with only a black box folder (a run killed before any bundle).
+    shutil.rmtree(tmp_path / "memwatch")
+    (tmp_path / "memwatch" / "blackbox").mkdir(parents=True)
+    assert main(["ls"]) == 0
+    assert capsys.readouterr().out.startswith("no bundles under memwatch")
+
+
+def test_report_takes_an_out_dir_like_inspect(bundle: Path, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    out_dir = tmp_path / "run"
+    older = copy(bundle, out_dir / "oom")
+    newest = out_dir / "oom" / (bundle.name[:-3] + "999")  # later name: the newest bundle
+    shutil.copytree(bundle, newest)
+    for args in (["report", str(out_dir), "-o", str(tmp_path / "r.html")],
+                 ["report", str(out_dir / "oom"), "-o", str(tmp_path / "r.html")]):
+        assert main(args) == 0
+        cap = capsys.readouterr()
+        assert cap.out.strip() == str(tmp_path / "r.html")
+        assert cap.err.count("\n") == 1 and f"shown: the newest, {newest}" in cap.err
+        assert str(older) not in cap.err
+    assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
+    run_bad(["report", str(tmp_path / "nothing-here"), "-o", str(tmp_path / "x.html")], capsys,
+            "no such bundle directory")
+
+
+# ---------------------------------------------------------------- bad flags: one line, exit 2
+@pytest.mark.parametrize("args,expect", [
+    (["inspect", "BUNDLE", "--rows", "-3"], "argument --rows: must be 0 or more, got -3"),
+    (["inspect", "BUNDLE", "--rows", "x"], "argument --rows: expected a whole number, got 'x'"),
+    (["inspect", "BUNDLE", "--format", "html"], "argument --format: invalid choice: 'html'"),
+    (["ls", "--bogus"], "unrecognized arguments: --bogus (see memwatch ls -h)"),
+    (["report"], "the following arguments are required: SOURCE"),
+    (["report", "BUNDLE", "-o", "/proc/nope.html"],
+     "cannot write /proc/nope.html: No such file or directory (choose another -o path)"),
+    (["report", "BUNDLE", "-o", "TMP"], "is a directory; name a file, e.g. -o "),
+])
+def test_bad_flags_say_one_line(args: list[str], expect: str, bundle: Path, tmp_path: Path,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    args = [str(bundle) if a == "BUNDLE" else str(tmp_path) if a == "TMP" else a for a in args]
+    run_bad(args, capsys, expect)
+    assert not list(Path("/proc").glob(".report-*"))
+    assert ".report-" not in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- bad input: exit 2

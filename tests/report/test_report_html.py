@@ -34,9 +34,20 @@ MIB = rb.MIB
 
 
 def figures(html: str) -> list[dict[str, Any]]:
+    """The page's chart figures, with what they share (``{"ref": i}``) put back in place."""
     m = re.search(r"<script type='application/json' id='mw-figures'>(.*?)</script>", html, re.S)
     assert m, "no figures in the page"
-    return json.loads(m.group(1))  # type: ignore[no-any-return]
+    doc = json.loads(m.group(1))
+
+    def deref(v: Any) -> Any:
+        return doc["refs"][v["ref"]] if isinstance(v, dict) and "ref" in v else v
+
+    for f in doc["figs"]:
+        for t in f["data"]:
+            t["x"] = deref(t.get("x"))
+        for key in ("shapes", "annotations"):
+            f["layout"][key] = deref(f["layout"].get(key))
+    return doc["figs"]  # type: ignore[no-any-return]
 
 
 def fig_titles(html: str) -> list[str]:
@@ -63,10 +74,11 @@ def test_bundle_report_sections(bundle: Path, tmp_path: Path) -> None:
     assert titles[:2] == ["device.allocated", "device.reserved"]
     assert "Allocator segments (address order)" in titles
     assert "Allocation timeline (recorded history)" in titles
-    alloc = figures(html)[0]
+    alloc = figures(html)[0]  # the first screen's chart: the worst verdict's metric
     names = [t["name"] for t in alloc["data"]]
-    # The leak's trend comes from the analyzer's verdict and is extrapolated to the limit.
-    assert names == ["device.allocated", "trend", "forecast"], names
+    # The leak's trend comes from the analyzer's verdict and is extrapolated to the limit; the
+    # floors (memory held) and the checks are drawn with it.
+    assert names == ["floor (held)", "device.allocated", "trend", "forecast", "check"], names
     assert any(s["type"] == "line" and s["yref"] == "paper" for s in alloc["layout"]["shapes"])
     assert sum(1 for a in alloc["layout"]["annotations"] if "end of epoch" in a["text"]) == 3
     assert "the analyzer&#x27;s verdict" in html and "reaches the 256.0 MiB limit" in html
@@ -81,6 +93,14 @@ def test_bundle_report_sections(bundle: Path, tmp_path: Path) -> None:
     first_row = html[top_live:top_live + 1200]
     assert "cache_activations" in first_row, first_row
     assert "What this report could not show" not in html
+    # What the memory charts share (their steps, the epoch-end marks) is in the page once.
+    raw = re.search(r"id='mw-figures'>(.*?)</script>", html, re.S)
+    assert raw is not None
+    steps = json.dumps(figures(html)[1]["data"][0]["x"], separators=(",", ":"))
+    assert raw.group(1).count(steps) == 1
+    marked = [f for f in figures(html) if any("end of epoch 0" in a.get("text", "")
+                                              for a in f["layout"]["annotations"] or [])]
+    assert raw.group(1).count('"text":"end of epoch 0"') < len(marked)
 
 
 def test_bundle_views_match_snapshot(bundle: Path) -> None:
@@ -114,7 +134,7 @@ def test_bundle_without_history_or_timeline(tmp_path: Path) -> None:
     html = render_bundle_html(open_bundle(b))
     assert "No memory samples recorded" in html and "no timeline samples" in html
     assert "Trimmed to fit the bundle size cap: timeline.jsonl" in html
-    assert "<h2>Allocator at the failure</h2>" in html and "Allocator segments" in html
+    assert "<summary>Allocator at the failure" in html and "Allocator segments" in html
 
 
 def test_unsafe_snapshot_is_a_note_not_a_failure(bundle: Path, tmp_path: Path) -> None:
@@ -179,7 +199,7 @@ def test_live_run_on_a_device_shows_the_allocator_now(tmp_path: Path) -> None:
             rb.cache_activations(dev, cache)
             mw.step()
         html = render_run(mw, tmp_path / "r.html").read_text()
-    assert "<h2>Allocator now</h2>" in html and "Allocator segments (address order)" in html
+    assert "<summary>Allocator now" in html and "Allocator segments (address order)" in html
     assert "Allocation timeline (recorded history)" in fig_titles(html)
     assert "cache_activations" in html
 
@@ -233,7 +253,8 @@ def test_export_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     for p in (csv_path, json_path):
         html = render_export(p, tmp_path / f"{p.suffix[1:]}.html").read_text()
         fig = next(f for f in figures(html) if f["layout"]["title"]["text"] == "host.rss")
-        assert len(fig["data"][0]["x"]) == 120, p
+        series = next(t for t in fig["data"] if t["name"] == "host.rss")
+        assert len(series["x"]) == 120, p
     assert len(from_export(json_path).epochs) == 3
     # Logger-key exports (W&B / CSV logger columns) are converted back to bytes.
     lk = tmp_path / "logged.csv"

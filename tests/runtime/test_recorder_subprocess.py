@@ -122,6 +122,13 @@ def test_real_training_loop_dying_of_host_oom_leaves_exactly_one_bundle(tmp_path
     assert "DefaultCPUAllocator: can't allocate memory" in stderr
     assert "memwatch: diagnostic bundle written to" in stderr
     (b,) = _complete(out)
+    # One line for one bundle (the note under the traceback, no log line above it), and the
+    # command it prints runs as printed.
+    lines = [ln for ln in stderr.splitlines() if b.path.name in ln]
+    assert len(lines) == 1 and "exception bundle written" not in stderr, stderr
+    cmd = lines[0].split("(look inside: ", 1)[1].removesuffix(")")
+    r = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "The host ran out of memory" in r.stdout, (cmd, r.stderr)
     assert [p.name for p in (out / "oom").iterdir()] == [b.path.name]  # no leftovers either
     m = b.manifest
     assert m["classification"] == "host_oom" and m["trigger"] == "exception"

@@ -108,7 +108,7 @@ def test_a_sink_can_ask_for_an_end_of_run_bundle(tmp_path: Path) -> None:
         mw.step()
     assert len(sink.bundles) == 1 and len(other.bundles) == 1
     path, manifest = sink.bundles[0]
-    assert manifest["trigger"] == "manual" and (path / "report.html").is_file()
+    assert manifest["trigger"] == "end_of_run" and (path / "report.html").is_file()
 
 
 def test_exception_in_flight_reaches_the_sinks_before_close(tmp_path: Path) -> None:

@@ -114,7 +114,7 @@ def test_end_of_run_snapshot_after_findings(tmp_path: Path) -> None:
     data = finish(run)
     snap = [a for a in data.artifacts if a["type"] == "memory-snapshot"]
     assert len(snap) == 1, data.artifacts
-    assert snap[0]["metadata"]["trigger"] == "manual" and "report.html" in snap[0]["files"]
+    assert snap[0]["metadata"]["trigger"] == "end_of_run" and "report.html" in snap[0]["files"]
     assert list(data.path.glob("files/media/html/memwatch/report_*.html"))
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from memwatch._version import __version__
 from memwatch.cli._base import Command
@@ -29,12 +30,24 @@ __all__ = ["COMMANDS", "main"]
 COMMANDS: tuple[type[Command], ...] = (LsCommand, InspectCommand, ReportCommand)
 
 
-def _parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
-    parser = argparse.ArgumentParser(
+class _Parser(argparse.ArgumentParser):
+    """argparse, with bad usage said in one line (``memwatch CMD: error: ...``), exit code 2.
+
+    argparse's own ``error`` prints the whole usage block first; a person (or a log) wants the
+    problem and the way to the help. Subcommand parsers are of this class too.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message} (see {self.prog} -h)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, tuple[Command, argparse.ArgumentParser]]]:
+    parser = _Parser(
         prog="memwatch", description="Inspect memwatch OOM bundles and write reports.")
     parser.add_argument("--version", action="version", version=f"memwatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    commands: dict[str, Command] = {}
+    commands: dict[str, tuple[Command, argparse.ArgumentParser]] = {}
     for cls in COMMANDS:
         cmd = cls()
         doc = (cls.__doc__ or "").strip()
@@ -43,7 +56,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Command]]:
                            description=module_doc or doc,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         cmd.add_arguments(p)
-        commands[cmd.name] = cmd
+        commands[cmd.name] = (cmd, p)
     return parser, commands
 
 
@@ -51,11 +64,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 2 bad input or usage)."""
     parser, commands = _parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # said by the command's own parser: `memwatch ls: error: ...`
+            commands[args.command][1].error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as e:  # argparse: usage errors exit 2, --help/--version exit 0
         return int(e.code) if isinstance(e.code, int) else 2
     try:
-        return commands[args.command].run(args)
+        return commands[args.command][0].run(args)
     except MemwatchError as e:
         print(f"memwatch {args.command}: error: {e}", file=sys.stderr)
         return 2

@@ -19,15 +19,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from memwatch.bundle import TMP_PREFIX, find_bundles, open_bundle
+from memwatch.bundle import open_bundle
 from memwatch.bundle.blackbox import BLACKBOX_SUBDIR, ENDED_SUBDIR, judge, read_record, summary_line
 from memwatch.bundle.documents import segments_summary
 from memwatch.cli._base import Command
+from memwatch.cli._paths import bundle_entries, is_output_dir, non_negative_int
 from memwatch.core.errors import BundleError, MemwatchError
 from memwatch.core.units import fmt_bytes
 from memwatch.report.jobs import compare, group_jobs, render_comparison
 from memwatch.report.summary import summarize
 from memwatch.report.terminal import print_summary
+from memwatch.report.text import shorten
 
 
 class InspectCommand(Command):
@@ -41,8 +43,8 @@ class InspectCommand(Command):
                             help="a bundle directory, or a directory of several ranks' bundles")
         parser.add_argument("--job", metavar="ID",
                             help="with DIR: the job to compare (an id `memwatch ls DIR` shows)")
-        parser.add_argument("--rows", type=int, default=12,
-                            help="timeline rows to show (default 12)")
+        parser.add_argument("--rows", type=non_negative_int, default=12,
+                            help="timeline rows to show (default 12; 0 for none)")
         parser.add_argument("--format", choices=("auto", "rich", "plain"), default="auto",
                             help="auto (default): rich tables on a terminal when rich is "
                                  "installed, plain text otherwise")
@@ -52,8 +54,7 @@ class InspectCommand(Command):
         if p.is_file() and p.suffix == ".json" and p.parent.name in (BLACKBOX_SUBDIR,
                                                                       ENDED_SUBDIR):
             return _blackbox(p, args.rows)
-        if p.is_dir() and not (p / "manifest.json").is_file() \
-                and not p.name.startswith(TMP_PREFIX) and _holds_bundles(p):
+        if is_output_dir(p):
             return self._dir(p, args)
         if args.job:
             raise BundleError(f"--job is for a directory of bundles; {p} is one bundle")
@@ -71,14 +72,14 @@ class InspectCommand(Command):
                      f"{fmt_bytes(seg['allocated_bytes'])} allocated, largest free block "
                      f"{fmt_bytes(seg['largest_free_block_bytes'])}\n")
         try:
-            print_summary(summary, tail_rows=max(args.rows, 0), fmt=args.format, extra=extra)
+            print_summary(summary, tail_rows=args.rows, fmt=args.format, extra=extra)
         except ImportError as e:  # --format rich without rich: one line, exit code 2
             raise MemwatchError(str(e)) from None
         return 0
 
     def _dir(self, d: Path, args: argparse.Namespace) -> int:
         want: str | None = args.job
-        entries = find_bundles(d)
+        entries = bundle_entries(d)
         jobs, rest = group_jobs(entries)
         if want is not None:
             picked = [j for j in jobs if j.id == want or j.label == want]
@@ -101,14 +102,6 @@ class InspectCommand(Command):
             others = ", ".join(j.label for j in jobs[:-1])
             print(f"\n{len(jobs) - 1} older job(s) under {d}: {others} (--job ID to compare one)")
         return 0
-
-
-def _holds_bundles(d: Path) -> bool:
-    """Whether ``d`` is an output directory (not a bundle): it has oom/ or bundle folders."""
-    try:
-        return any(c.is_dir() for c in d.iterdir())
-    except OSError:
-        return False
 
 
 _COLUMNS = ("host.rss", "workers.uss", "cgroup.working_set", "cgroup.limit", "system.available")
@@ -138,5 +131,5 @@ def _blackbox(path: Path, rows: int) -> int:
     print(f"\nFindings ({len(findings)}):" if findings else "\nNo findings.")
     for f in findings:
         print(f"  [{f.get('severity')}] {f.get('kind')} {f.get('metric')}: "
-              f"{str(f.get('message'))[:160]}")
+              f"{shorten(f.get('message'), 160)}")
     return 0

@@ -1,8 +1,10 @@
 """List OOM bundles: time, rank, trigger, classification, size (and why a broken one cannot be
 read).
 
-DIR is a memwatch output directory (the one given as ``out_dir``; default ``./memwatch``), its
-``oom/`` subdirectory, or a folder holding one ``out_dir`` per rank (``run/rank0``, ``run/rank1``).
+DIR is a memwatch output directory (the one given as ``out_dir``), its ``oom/`` subdirectory, or
+a folder holding one ``out_dir`` per rank (``run/rank0``, ``run/rank1``). Without DIR,
+``./memwatch`` (memwatch's default ``out_dir``) is listed when it holds memwatch output (bundles,
+``oom/``, ``blackbox/``); otherwise the command says so and exits with code 2.
 Bundles of several ranks of one distributed job are listed together under a job heading that says
 which rank failed first (``memwatch inspect DIR`` compares them); bundles of single-process runs
 follow. Then the runs whose black box (``<out_dir>/blackbox/``) says they ended without a clean
@@ -18,12 +20,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from memwatch.bundle import Bundle, find_bundles
+from memwatch.bundle import Bundle
 from memwatch.bundle.blackbox import find_records, judge, summary_line
 from memwatch.cli._base import Command
+from memwatch.cli._paths import bundle_entries, default_out_dir, holds_output
 from memwatch.core.errors import BundleError
 from memwatch.core.units import fmt_bytes
-from memwatch.report.jobs import Job, group_jobs
+from memwatch.report.jobs import LATE_TRIGGERS, Job, group_jobs
 
 _HEAD = f"{'time (UTC)':<26} {'rank':>4} {'trigger':<13} {'class':<9} {'size':>10}  bundle"
 
@@ -48,8 +51,9 @@ def _job_heading(job: Job) -> str:
     return (f"job {job.label}: world size {job.world_size}, {len(job.bundles)} bundle(s) from "
             f"rank(s) {', '.join(map(str, job.ranks))}"
             + (f", none from rank(s) {', '.join(map(str, missing))}" if missing else "")
-            + (f"; rank {first.rank} failed first ({what})" if first.trigger != "manual"
-               else f"; no failure, first bundle: rank {first.rank} (manual)"))
+            + (f"; rank {first.rank} failed first ({what})"
+               if first.is_failure or first.trigger in LATE_TRIGGERS
+               else f"; no failure, first bundle: rank {first.rank} ({first.trigger})"))
 
 
 def _entry_json(path: Path, b: Bundle | BundleError) -> dict[str, Any]:
@@ -82,14 +86,19 @@ class LsCommand(Command):
     name = "ls"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("dir", nargs="?", default="memwatch", metavar="DIR",
+        parser.add_argument("dir", nargs="?", default=None, metavar="DIR",
                             help="output directory, its oom/ folder, or a folder of per-rank "
-                                 "output directories (default: ./memwatch)")
+                                 "output directories (default: ./memwatch, when it holds "
+                                 "memwatch output)")
         parser.add_argument("--json", action="store_true",
                             help="print one JSON document instead of a table")
 
     def run(self, args: argparse.Namespace) -> int:
-        entries = find_bundles(args.dir)
+        if args.dir is None:
+            args.dir = default_out_dir(self.name)
+        # A folder that holds nothing memwatch wrote: its subfolders are not broken bundles.
+        d = Path(args.dir)
+        entries = bundle_entries(d) if holds_output(d) or not d.is_dir() else []
         jobs, rest = group_jobs(entries)
         recs = _records(args.dir)
         if args.json:

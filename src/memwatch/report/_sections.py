@@ -1,99 +1,32 @@
-"""The sections of the HTML report, each a function that appends HTML (and chart figures) to
-a :class:`Page`; :func:`memwatch.report.html.render` runs them in order. A section that raises is
-dropped whole and becomes a note at the bottom of the page: one section never costs the report.
+"""The sections of the HTML report, in page order: the first screen
+(:mod:`memwatch.report.first_screen`), then everything else, each section collapsed in a
+``<details>`` whose charts are drawn when it is opened.
 """
 
 from __future__ import annotations
 
-import html as _html
 from collections.abc import Callable
 from typing import Any
 
 from memwatch.core.units import fmt_bytes
 from memwatch.report import charts
 from memwatch.report.allocator import history_view, segments_view
-from memwatch.report.data import CHART_METRICS, ReportData
+from memwatch.report.data import CHART_METRICS
+from memwatch.report.first_screen import header, hero, verdicts
+from memwatch.report.page import Page, rich
+from memwatch.report.page import esc as _e
 from memwatch.report.summary import latest_findings, tensor_label
 
-__all__ = ["SECTIONS", "Page", "esc"]
-
-
-def esc(x: Any) -> str:
-    """HTML-escape ``str(x)``, quotes included."""
-    return _html.escape(str(x), quote=True)
-
-
-_e = esc
-
-
-class Page:
-    """Accumulates sections and chart figures; renders them into one document."""
-
-    def __init__(self, d: ReportData, with_charts: bool) -> None:
-        self.d = d
-        self.with_charts = with_charts
-        self.parts: list[str] = []
-        self.figures: list[dict[str, Any]] = []
-        self.notes: list[str] = list(d.notes)
-
-    def add(self, html: str) -> None:
-        self.parts.append(html)
-
-    def chart(self, fig: dict[str, Any] | None, caption: str = "") -> None:
-        if fig is None:
-            return
-        if not self.with_charts:
-            if caption:
-                self.add(f"<p class='caption'>{caption}</p>")
-            return
-        fid = f"mw-chart-{len(self.figures)}"
-        self.figures.append({"id": fid, **fig})
-        self.add(f"<div class='chart' id='{fid}'></div>")
-        if caption:
-            self.add(f"<p class='caption'>{caption}</p>")
-
-    def section(self, name: str, fn: Callable[[Page], None]) -> None:
-        mark = len(self.parts)
-        nfig = len(self.figures)
-        try:
-            self.add(f"<section id='mw-{name}'>")
-            fn(self)
-            self.add("</section>")
-        except Exception as e:  # noqa: BLE001 - one section never costs the whole report
-            del self.parts[mark:]
-            del self.figures[nfig:]
-            self.notes.append(f"The {name} section could not be rendered "
-                              f"({type(e).__name__}: {e}).")
+__all__ = ["SECTIONS"]
 
 
 # --------------------------------------------------------------------------- sections
-def _header(p: Page) -> None:
-    d = p.d
-    p.add(f"<h1>{_e(d.title)}</h1>")
-    p.add("<p class='meta muted'>" + " ".join(
-        f"<span>{_e(k)}: <b>{_e(v)}</b></span>" for k, v in d.meta) + "</p>")
-    if d.headline:
-        p.add(f"<p class='headline'>{_e(d.headline)}</p>")
-    if d.exception:
-        msg = str(d.exception.get("message", "")).strip()
-        p.add(f"<p><b>{_e(d.exception.get('type', ''))}</b></p><pre>{_e(msg[:4000])}</pre>")
-    ranked = sorted(latest_findings(d.findings), key=_severity_rank)
-    bad = [f for f in ranked if f.get("severity") in ("warning", "critical")]
-    if bad:
-        p.add("<p><b>Verdicts:</b> " + "; ".join(
-            f"<span class='sev-{_e(f.get('severity'))}'>{_e(f.get('kind'))}</span> on "
-            f"<code>{_e(f.get('metric'))}</code>" for f in bad[:6]) + " (details below).</p>")
-    elif d.findings or d.epochs:
-        p.add("<p><b>Verdicts:</b> no warning or critical finding.</p>")
-
-
 def _severity_rank(f: dict[str, Any]) -> int:
     return {"critical": 0, "warning": 1, "info": 2}.get(str(f.get("severity")), 3)
 
 
 def _memory(p: Page) -> None:
     d = p.d
-    p.add("<h2>Memory over steps</h2>")
     metrics: list[str] = []
     for m in CHART_METRICS:
         col = d.values.get(m) or []
@@ -104,6 +37,11 @@ def _memory(p: Page) -> None:
     if not metrics:
         p.add("<p class='muted'>No memory samples recorded.</p>")
         return
+    metrics = [m for m in metrics if m not in p.shown]  # the first screen drew those
+    if not metrics:
+        return
+    p.details("memory", f"Memory over steps: {len(metrics)} more metric(s) "
+                        f"<span class='muted'>({_e(', '.join(metrics))})</span>")
     p.add("<p class='caption'>One chart per metric (raw samples; dotted vertical lines are epoch "
           "ends). The dashed red line is the trend of the memory <i>held</i> (the floors after "
           "the first epoch, or the analyzer's rate when it gave a verdict), dotted where it is "
@@ -122,14 +60,17 @@ def _memory(p: Page) -> None:
         if limit and (trend is None or trend.limit is None or trend.limit_step is None):
             cap += f"; limit {_e(fmt_bytes(limit))} ({max(vals) / limit * 100:.1f}% at the max)"
         p.chart(fig, cap + ".")
+    p.end_details()
 
 
 def _fullness(p: Page) -> None:
     d = p.d
     if not d.fullness:
         return
-    p.add("<h2>How full memory was</h2><table><tr><th>metric</th><th>value</th><th>limit</th>"
-          "<th>used</th></tr>")
+    top = max(d.fullness, key=lambda r: float(r["utilization"]))
+    p.details("fullness", f"How full memory was <span class='muted'>(fullest: "
+                          f"{_e(top['metric'])}, {float(top['utilization']):.1%})</span>")
+    p.add("<table><tr><th>metric</th><th>value</th><th>limit</th><th>used</th></tr>")
     for r in d.fullness:
         u = float(r["utilization"])
         color = "#d62728" if u >= 0.95 else "#ff7f0e" if u >= 0.85 else "#2ca02c"
@@ -138,6 +79,7 @@ def _fullness(p: Page) -> None:
               f"style='width:{min(u, 1) * 100:.0f}%;background:{color}'></span></span> "
               f"{u * 100:.1f}%</td></tr>")
     p.add("</table>")
+    p.end_details()
 
 
 def _workers(p: Page) -> None:
@@ -145,7 +87,8 @@ def _workers(p: Page) -> None:
     fig = charts.workers_chart(d)
     if fig is None:
         return
-    p.add("<h2>DataLoader workers</h2>")
+    p.details("workers", "DataLoader workers <span class='muted'>(" + (
+        f"{len(d.workers)} worker(s)" if d.workers else "summed over the workers") + ")</span>")
     p.chart(fig, "RSS counts every page a worker maps, shared ones included (each worker counts "
                  "the parent's copy-on-write pages again); USS is the memory only that worker "
                  "holds. USS rising while RSS stays flat is copy-on-write (Python touching the "
@@ -157,18 +100,19 @@ def _workers(p: Page) -> None:
                   f"<td class='n'>{_e(fmt_bytes(w['rss'][-1]))}</td>"
                   f"<td class='n'>{_e(fmt_bytes(w['uss'][-1]))}</td></tr>")
         p.add("</table>")
+    p.end_details()
 
 
 def _findings(p: Page) -> None:
     d = p.d
     latest = sorted(latest_findings(d.findings), key=_severity_rank)
-    p.add(f"<h2>Findings ({len(d.findings)})</h2>")
+    p.details("findings", "Findings, every kind and metric " + (
+        f"({len(latest)} latest of {len(d.findings)})" if d.findings else "(none)"))
     if len(latest) < len(d.findings):
         p.add("<p class='muted'>The analyzer restates a verdict at every epoch end; the latest "
               "of each kind and metric is shown.</p>")
     if not latest:
         p.add("<p class='muted'>No findings.</p>")
-        return
     for f in latest:
         sev = str(f.get("severity", ""))
         figures = []
@@ -183,22 +127,25 @@ def _findings(p: Page) -> None:
         p.add(f"<div class='finding {_e(sev)}'><b class='sev-{_e(sev)}'>{_e(sev)}</b> "
               f"<b>{_e(f.get('kind', ''))}</b> on <code>{_e(f.get('metric', ''))}</code> "
               f"<span class='muted'>{_e(' · '.join(figures))}</span>"
-              f"<div>{_e(f.get('message', ''))}</div>")
+              f"<div>{rich(f.get('message', ''))}</div>")
         if f.get("culprit"):
             p.add(f"<div><b>Culprit:</b> {_e(f['culprit'])}</div>")
         tips = [t for t in f.get("suggestions") or [] if t]
         if tips:
-            p.add("<b>Try:</b><ul>" + "".join(f"<li>{_e(t)}</li>" for t in tips) + "</ul>")
+            p.add("<b>Try:</b><ul>" + "".join(f"<li>{rich(t)}</li>" for t in tips) + "</ul>")
         p.add("</div>")
+    p.end_details()
 
 
 def _tensors(p: Page) -> None:
     d = p.d
     if d.source != "bundle" and not d.top_tensors:
         return
-    p.add("<h2>Largest live tensors</h2>")
+    p.details("tensors", f"Largest live tensors <span class='muted'>({len(d.top_tensors)} "
+                         "group(s) in the census)</span>")
     if not d.top_tensors:
         p.add(f"<p class='muted'>{_e(d.census_note or 'No census recorded.')}</p>")
+        p.end_details()
         return
     p.add("<table><tr><th>bytes</th><th>count</th><th>tensor</th><th>held by</th></tr>")
     for t in d.top_tensors[:20]:
@@ -206,6 +153,7 @@ def _tensors(p: Page) -> None:
               f"{_e(t.get('count', ''))}</td><td>{_e(tensor_label(t))}</td><td>"
               f"{_e(t.get('holder') or '')}</td></tr>")
     p.add("</table>")
+    p.end_details()
 
 
 def _blocks_table(rows: list[dict[str, Any]], title: str) -> str:
@@ -231,11 +179,13 @@ def _allocator(p: Page) -> None:
     stats = (d.allocator_stats or {}).get("memory_stats") if d.allocator_stats else None
     if view is None and not stats:
         if d.source == "bundle":
-            p.add("<h2>Allocator at the failure</h2><p class='muted'>No allocator snapshot or "
-                  "statistics in this bundle (a host-only run has no device allocator).</p>")
+            p.details("allocator", "Allocator at the failure <span class='muted'>(none: a "
+                                   "host-only run has no device allocator)</span>")
+            p.add("<p class='muted'>No allocator snapshot or statistics in this bundle.</p>")
+            p.end_details()
         return
-    p.add("<h2>Allocator at the failure</h2>" if d.source == "bundle" else
-          "<h2>Allocator now</h2>")
+    p.details("allocator", "Allocator at the failure" if d.source == "bundle" else
+              "Allocator now")
     if view is not None:
         fr = view["fragmentation"]
         line = (f"{fr['segments']} segments hold {fmt_bytes(fr['reserved'])}: "
@@ -264,6 +214,7 @@ def _allocator(p: Page) -> None:
             shown = fmt_bytes(v) if "bytes" in k and isinstance(v, (int, float)) else v
             p.add(f"<tr><td>{_e(k)}</td><td class='n'>{_e(shown)}</td></tr>")
         p.add("</table></details>")
+    p.end_details()
 
 
 def _history(p: Page) -> None:
@@ -275,7 +226,8 @@ def _history(p: Page) -> None:
                   "<code>MemWatch(record_history=True)</code> to see who allocated what "
                   "(see docs/troubleshooting.md for its cost).</p>")
         return
-    p.add("<h2>Allocation history</h2>")
+    p.details("history", f"Allocation history <span class='muted'>({hist['events']:,} "
+                         "allocator events)</span>")
     p.chart(charts.allocation_timeline(hist),
             f"{hist['events']:,} allocator events replayed; {_e(fmt_bytes(hist['live_at_end']))} "
             "still allocated at the end of the history. Dashed red lines: OOM events.")
@@ -292,14 +244,21 @@ def _history(p: Page) -> None:
             p.add(f"<tr><td class='n'>{_e(fmt_bytes(r['bytes']))}</td>{cnt}<td>"
                   f"{_e(r['stack'])}</td></tr>")
         p.add("</table>")
+    p.end_details()
 
 
 def _details(p: Page) -> None:
     d = p.d
-    if d.exception and d.exception.get("traceback"):
-        p.add("<h2>Traceback</h2><pre>" + _e(d.exception["traceback"]) + "</pre>")
+    if d.exception and (d.exception.get("traceback") or d.exception.get("message")):
+        p.details("traceback", f"Exception and traceback <span class='muted'>"
+                               f"({_e(d.exception.get('type') or '')})</span>")
+        p.add(f"<pre>{_e(d.exception.get('message') or '')}</pre>")
+        if d.exception.get("traceback"):
+            p.add("<pre>" + _e(d.exception["traceback"]) + "</pre>")
+        p.end_details()
     if d.environment:
-        p.add("<h2>Environment</h2><table>")
+        p.details("environment", "Environment")
+        p.add("<table>")
         for k in ("python", "platform", "torch", "torch_cuda", "device", "rank", "argv", "env"):
             if k in d.environment:
                 v = d.environment[k]
@@ -309,15 +268,19 @@ def _details(p: Page) -> None:
                     v = " ".join(str(x) for x in v)
                 p.add(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>")
         p.add("</table>")
+        p.end_details()
     if d.files:
-        p.add("<h2>Files</h2><table>" + "".join(
+        p.details("files", f"Files of the bundle <span class='muted'>({len(d.files)})</span>")
+        p.add("<table>" + "".join(
             f"<tr><td>{_e(f)}</td><td class='n'>{_e(fmt_bytes(b))}</td></tr>"
             for f, b in d.files.items()) + "</table>")
+        p.end_details()
 
 
 #: The sections, in page order: (name, renderer).
 SECTIONS: tuple[tuple[str, Callable[[Page], None]], ...] = (
-    ("header", _header), ("memory", _memory), ("fullness", _fullness), ("workers", _workers),
-    ("findings", _findings), ("tensors", _tensors), ("allocator", _allocator),
+    ("header", header), ("verdicts", verdicts), ("chart", hero),
+    ("memory", _memory), ("findings", _findings), ("tensors", _tensors),
+    ("fullness", _fullness), ("workers", _workers), ("allocator", _allocator),
     ("history", _history), ("details", _details),
 )

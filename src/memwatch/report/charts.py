@@ -9,6 +9,7 @@ seconds and is not needed to describe a line chart).
 
 from __future__ import annotations
 
+import bisect
 import importlib.util
 import os
 from typing import Any
@@ -16,7 +17,8 @@ from typing import Any
 from memwatch.report.data import ReportData
 from memwatch.report.trends import TrendLine, fit_trend
 
-__all__ = ["allocation_timeline", "memory_chart", "plotly_js", "segments_chart", "workers_chart"]
+__all__ = ["allocation_timeline", "check_steps", "memory_chart", "plotly_js", "segments_chart",
+           "workers_chart"]
 
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
            "#17becf", "#bcbd22", "#7f7f7f")
@@ -54,8 +56,31 @@ def unit_for(values: list[float]) -> tuple[str, float]:
     return "bytes", 1.0
 
 
+def _num(v: float, scale: float) -> float:
+    # Five significant digits: finer than a chart's pixels and its hover text (958.56 MiB), and
+    # about a third fewer bytes per point than four decimals.
+    return float(f"{v / scale:.5g}")
+
+
 def _scaled(col: list[float | None], scale: float) -> list[float | None]:
-    return [None if v is None else round(v / scale, 4) for v in col]
+    return [None if v is None else _num(v, scale) for v in col]
+
+
+def check_steps(d: ReportData) -> list[tuple[int, str]]:
+    """Where verdicts were judged: every epoch end, and each check that gave a finding (checks
+    inside long epochs), with what it said."""
+    said: dict[int, list[str]] = {}
+    for e in d.epochs:
+        end = e.get("end_step")
+        if isinstance(end, int) and not isinstance(end, bool):
+            said.setdefault(end, [])
+    for f in d.findings:
+        st = f.get("step")
+        if isinstance(st, int) and not isinstance(st, bool):
+            label = f"{f.get('kind')} ({f.get('severity')})"
+            if label not in said.setdefault(st, []):
+                said[st].append(label)
+    return [(st, ", ".join(v) or "no verdict") for st, v in sorted(said.items())]
 
 
 def _layout(title: str, unit: str, height: int = 300) -> dict[str, Any]:
@@ -88,8 +113,10 @@ def _epoch_marks(layout: dict[str, Any], d: ReportData, x_min: float, x_max: flo
                                       "xanchor": "right", "yanchor": "top", "textangle": -90})
 
 
-def memory_chart(d: ReportData, metric: str) -> tuple[dict[str, Any], TrendLine | None] | None:
-    """One metric over steps with epoch ends, its fitted trend and the forecast to its limit."""
+def memory_chart(d: ReportData, metric: str, hero: bool = False
+                 ) -> tuple[dict[str, Any], TrendLine | None] | None:
+    """One metric over steps with epoch ends, its fitted trend and the forecast to its limit;
+    ``hero`` (the first screen's chart) adds the series' floors and the checks' marks."""
     col = d.values.get(metric) or []
     vals = [v for v in col if v is not None]
     if not vals or not d.steps:
@@ -119,19 +146,27 @@ def memory_chart(d: ReportData, metric: str) -> tuple[dict[str, Any], TrendLine 
         "y": _scaled(col, scale), "line": {"color": color, "width": 1.5},
         "hovertemplate": f"%{{y:.3f}} {unit}<extra>{metric}</extra>",
     }]
+    floors = d.floors.get(metric) if hero else None
+    if floors is not None:  # beneath the samples: where they part, the sawtooth shows
+        data.insert(0, {"type": "scatter", "mode": "lines", "name": "floor (held)",
+                        "x": floors[0], "y": [_num(v, scale) for v in floors[1]],
+                        "line": {"color": "#7fc97f", "width": 4, "shape": "hvh"},
+                        "hovertemplate": f"floor %{{y:.3f}} {unit}<extra></extra>"})
     if trend is not None and trend.significant:
         data.append({"type": "scatter", "mode": "lines", "name": "trend",
                      "x": [trend.x0, trend.x1],
-                     "y": [round(trend.y0 / scale, 4), round(trend.y1 / scale, 4)],
+                     "y": [_num(trend.y0, scale), _num(trend.y1, scale)],
                      "line": {"color": "#d62728", "width": 2, "dash": "dash"}})
         if forecast_to is not None and forecast_to > trend.x1:
             y_end = trend.y1 + trend.slope * (forecast_to - trend.x1)
             data.append({"type": "scatter", "mode": "lines", "name": "forecast",
                          "x": [trend.x1, forecast_to],
-                         "y": [round(trend.y1 / scale, 4), round(y_end / scale, 4)],
+                         "y": [_num(trend.y1, scale), _num(y_end, scale)],
                          "line": {"color": "#d62728", "width": 1.5, "dash": "dot"}})
             x_max = max(x_max, forecast_to)
-    layout = _layout(metric, unit)
+    if hero:
+        _check_marks(data, d, col, scale)
+    layout = _layout(metric, unit, height=340 if hero else 300)
     if trend is not None and trend.limit is not None and trend.limit in extent:
         layout["shapes"].append({"type": "line", "xref": "paper", "yref": "y", "x0": 0, "x1": 1,
                                  "y0": trend.limit / scale, "y1": trend.limit / scale,
@@ -142,6 +177,27 @@ def memory_chart(d: ReportData, metric: str) -> tuple[dict[str, Any], TrendLine 
                                                                   "size": 10}})
     _epoch_marks(layout, d, float(d.steps[0]), x_max)
     return {"data": data, "layout": layout}, trend
+
+
+def _check_marks(data: list[dict[str, Any]], d: ReportData, col: list[float | None],
+                 scale: float) -> None:
+    """The checks as markers on the series, each saying what it judged."""
+    xs: list[int] = []
+    ys: list[float] = []
+    texts: list[str] = []
+    for st, said in check_steps(d):
+        i = min(bisect.bisect_left(d.steps, st), len(d.steps) - 1)
+        v = col[i]
+        if v is None or abs(d.steps[i] - st) > max(1, (d.steps[-1] - d.steps[0]) // 50):
+            continue
+        xs.append(st)
+        ys.append(_num(v, scale))
+        texts.append(said)
+    if xs:
+        data.append({"type": "scatter", "mode": "markers", "name": "check", "x": xs, "y": ys,
+                     "text": texts, "marker": {"symbol": "diamond", "size": 9,
+                                               "color": "#444"},
+                     "hovertemplate": "check at step %{x}: %{text}<extra></extra>"})
 
 
 def workers_chart(d: ReportData) -> dict[str, Any] | None:
@@ -189,9 +245,9 @@ def segments_chart(view: dict[str, Any], max_segments: int = 300) -> dict[str, A
     x = [f"#{s['index']} {s['type']}".strip() for s in segs]
     data = [
         {"type": "bar", "name": "allocated", "x": x,
-         "y": [round(s["allocated"] / scale, 4) for s in segs], "marker": {"color": "#1f77b4"}},
+         "y": [_num(s["allocated"], scale) for s in segs], "marker": {"color": "#1f77b4"}},
         {"type": "bar", "name": "free (cached, inside the segment)", "x": x,
-         "y": [round(s["free"] / scale, 4) for s in segs], "marker": {"color": "#ff7f0e"}},
+         "y": [_num(s["free"], scale) for s in segs], "marker": {"color": "#ff7f0e"}},
     ]
     layout = _layout("Allocator segments (address order)", unit, height=320)
     layout["barmode"] = "stack"
@@ -207,7 +263,7 @@ def allocation_timeline(hist: dict[str, Any]) -> dict[str, Any] | None:
     unit, scale = unit_for([float(v) for v in hist["y"]])
     data: list[dict[str, Any]] = [{
         "type": "scatter", "mode": "lines", "name": "allocated (from the history)",
-        "x": hist["x"], "y": [round(v / scale, 4) for v in hist["y"]],
+        "x": hist["x"], "y": [_num(v, scale) for v in hist["y"]],
         "line": {"color": "#1f77b4", "width": 1.5, "shape": "hv"}}]
     layout = _layout("Allocation timeline (recorded history)", unit, height=300)
     layout["xaxis"] = {"title": {"text": "allocator event"}}

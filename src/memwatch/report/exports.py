@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from memwatch.core.errors import MemwatchError
-from memwatch.report.data import ReportData, downsample, finite
+from memwatch.report.data import ReportData, finite
 
 __all__ = ["from_export"]
 
@@ -165,7 +165,7 @@ def from_export(path: str | os.PathLike[str]) -> ReportData:
     keys = sorted({k for r in by_step.values() for k in r})
     steps = sorted(by_step)
     values = {k: [by_step[s].get(k) for s in steps] for k in keys}
-    d.steps, d.values = downsample(steps, values)
+    d.set_series(steps, values)
     if not steps:
         d.notes.append(f"{p.name} holds no sample rows with a step and a memory metric.")
     d.notes.append("An export has no per-worker history, allocator snapshot or census: open the "

@@ -31,9 +31,10 @@ from memwatch.bundle import Bundle
 from memwatch.core.errors import BundleError
 from memwatch.core.units import fmt_bytes
 from memwatch.report.data import finite  # finite number or None, as the report reads values
+from memwatch.report.text import shorten
 
-__all__ = ["FAILURE_TRIGGERS", "WEAK_KEY_GAP_S", "Job", "JobComparison", "RankAtFailure",
-           "RankBundle", "compare", "group_jobs", "job_key", "render_comparison"]
+__all__ = ["FAILURE_TRIGGERS", "LATE_TRIGGERS", "WEAK_KEY_GAP_S", "Job", "JobComparison",
+           "RankAtFailure", "RankBundle", "compare", "group_jobs", "job_key", "render_comparison"]
 
 #: Triggers that mean "this rank failed", in order of preference for the first failure.
 FAILURE_TRIGGERS: tuple[str, ...] = ("exception", "oom_observer")
@@ -352,13 +353,13 @@ def render_comparison(c: JobComparison) -> str:
     m = f.bundle.manifest
     out = [f"memwatch job {j.label}: world size {j.world_size}, bundles from rank(s) "
            f"{', '.join(map(str, j.ranks))} (job id from {j.source or 'the bundles'})", ""]
-    lead = (f"Rank {f.rank} failed first" if f.trigger != "manual" else
-            f"No rank failed (manual bundles only); the first is rank {f.rank}'s")
+    lead = (f"Rank {f.rank} failed first" if f.is_failure or f.trigger in LATE_TRIGGERS else
+            f"No rank failed (manual or end-of-run bundles only); the first is rank {f.rank}'s")
     out.append(f"{lead}, at {_utc(f.time)} on host {f.host} "
                f"(epoch {m.get('epoch', '?')}, step {m.get('step', '?')}):")
     out.append(f"  {c.headline}")
     if c.message:
-        out.append(f"  {c.message[:300]}")
+        out.append(f"  {shorten(c.message, 300)}")
     out.append("")
     out.append(f"Every rank at that moment (the last sample at or before {_utc(f.time)[11:]}; "
                "percentages are of the rank's limit):")
@@ -385,7 +386,7 @@ def render_comparison(c: JobComparison) -> str:
             rate_s = f", {fmt_bytes(rate)}/step" if isinstance(rate, (int, float)) else ""
             culprit = fd.get("culprit")
             out.append(f"  rank {rank}: {fd.get('kind')} on {fd.get('metric')}{rate_s}"
-                       + (f" - {str(culprit).splitlines()[0][:160]}" if culprit else ""))
+                       + (f" - {shorten(culprit, 160)}" if culprit else ""))
     for n in c.notes:
         out.append("")
         out.append(n)

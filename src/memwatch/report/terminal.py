@@ -30,6 +30,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from memwatch.core.units import fmt_bytes
 from memwatch.report.summary import SHOWN_METRICS, Summary, latest_findings, tensor_label
+from memwatch.report.text import shorten
 
 if TYPE_CHECKING:
     from memwatch.core.findings import Finding
@@ -66,11 +67,8 @@ def render_text(s: Summary, tail_rows: int = 12) -> str:
     out.append("")
     out.append(s.headline)
     if s.exception:
-        msg = str(s.exception.get("message", "")).strip().splitlines()
-        first = msg[0] if msg else ""
-        if len(first) > 240:
-            first = first[:237] + "..."
-        out.append(f"  {s.exception.get('type', '?')}: {first}")
+        out.append(f"  {s.exception.get('type', '?')}: "
+                   f"{shorten(s.exception.get('message') or '', 240)}")
     out.append("")
     out.append("How full memory was")
     if not s.fullness:
@@ -165,9 +163,8 @@ def render_rich(s: Summary, tail_rows: int = 12, width: int | None = None,
     parts: list[Any] = []
     head = Text(s.headline, style="bold red" if kind else "bold")
     if s.exception:
-        msg = str(s.exception.get("message", "")).strip().splitlines()
-        head.append(f"\n{s.exception.get('type', '?')}: {msg[0][:300] if msg else ''}",
-                    style="default")
+        head.append(f"\n{s.exception.get('type', '?')}: "
+                    f"{shorten(s.exception.get('message') or '', 300)}", style="default")
     parts.append(Panel(head, title=f"memwatch bundle {m.get('name', '')}", subtitle=(
         f"{m.get('created_utc', '?')} on {m.get('host', '?')}, rank {m.get('rank', '?')}, "
         f"trigger {m.get('trigger', '?')}, class {kind or '-'}"), box=box.ROUNDED))

@@ -71,6 +71,7 @@ from memwatch.core.oom import Classification, classify
 from memwatch.core.protocols import SessionView
 from memwatch.core.redact import redact_obj, redact_text
 from memwatch.probes.procfs import address_space, rss_now
+from memwatch.runtime.announce import announce_bundle
 from memwatch.runtime.capture import capture
 from memwatch.runtime.hooks import FailureHooks
 from memwatch.runtime.recorder_config import RecorderConfig, parse_bundle_on
@@ -286,12 +287,6 @@ class FlightRecorder:
             exc.memwatch_bundle = path  # type: ignore[attr-defined]
         except Exception:  # noqa: BLE001 - exceptions without a __dict__
             self._seen_ids.append(id(exc))
-        if path is not None and hasattr(exc, "add_note"):
-            try:
-                exc.add_note(f"memwatch: diagnostic bundle written to {path} "
-                             f"(inspect it with: memwatch inspect {path})")
-            except Exception:  # noqa: BLE001
-                pass
 
     def handle_exception(self, exc: BaseException, force_oom: bool = False) -> Path | None:
         """Classify ``exc`` and write a bundle if configured for its class (see the module doc)."""
@@ -328,8 +323,8 @@ class FlightRecorder:
 
     def dump(self, reason: str, exc: BaseException | None = None,
              trigger: str = "manual") -> Path | None:
-        """Write a bundle now (``trigger``: "manual", or "watchdog" when the watchdog asks);
-        with ``exc``, include its exception.json."""
+        """Write a bundle now (``trigger``: "manual", "watchdog" when the watchdog asks,
+        "end_of_run" when a sink asks for one at a clean close); with ``exc``, its exception."""
         return self._dump(reason, exc, trigger=trigger)
 
     def _dump(self, reason: str, exc: BaseException | None, trigger: str) -> Path | None:
@@ -463,7 +458,7 @@ class FlightRecorder:
                                   self.config.max_total_bytes, keep=path)
             except OSError as e:
                 log.warning("memwatch: bundle retention failed (%s)", e)
-            log.warning("memwatch: %s bundle written to %s", trigger, path)
+            announce_bundle(path, trigger, exc)  # one line: a note on exc, else the log
             if self._on_bundle is not None:  # the session's sinks (W&B artifact...)
                 self._on_bundle(path, manifest)
             return path

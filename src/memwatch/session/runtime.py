@@ -155,7 +155,7 @@ class Runtime:
             if in_flight is not None:
                 self.recorder.handle_exception(in_flight)
             elif self._sinks.wants_final_bundle():
-                self.recorder.dump("end of run (report and snapshot for the sinks)")
+                self.recorder.dump("report and snapshot for the sinks", trigger="end_of_run")
         except Exception as e:  # noqa: BLE001
             log.debug("memwatch: no end-of-run bundle (%s)", e)
 

@@ -1,0 +1,259 @@
+"""The report's first screen in words: one card per verdict, or one line for a clean run.
+
+A person opens a report to learn what leaks, who holds it, how fast, when it runs out and what to
+change. :func:`cards` answers that from the findings (the latest verdict per kind and metric),
+worst first: the kind and severity, the holder, the growth per step with its 95% interval, the
+forecast against the limit, the fix, and the evidence the verdict rests on — the trend statistics
+(always), a census diff between two checks (the holder), allocation sites (``tracemalloc`` or the
+device's allocation history) — so a reader can tell how sure memwatch is. :func:`clean_line`
+says a run without such a verdict is clean, and shows its peaks.
+
+Example::
+
+    >>> from memwatch.report.data import ReportData
+    >>> from memwatch.report.verdicts import cards
+    >>> f = {"kind": "leak", "metric": "host.rss", "severity": "warning",
+    ...      "message": "...", "bytes_per_step": 2**20, "steps_to_oom": 1200,
+    ...      "seconds_to_oom": 600, "culprit": "train.history (list, 300 tensors)",
+    ...      "suggestions": ["store `loss.item()`"],
+    ...      "evidence": {"holder": "train.history", "slope_ci_low": 2**19,
+    ...                   "slope_ci_high": 2**21, "mann_kendall_p": 1e-6, "epochs_growing": 3,
+    ...                   "limit_bytes": 2**31, "census_epochs": [2, 3]}}
+    >>> c = cards(ReportData(title="t", source="live run", findings=[f]))[0]
+    >>> c.holder, c.rate, c.fix
+    ('train.history', '1.0 MiB/step (95% CI 512.0 KiB–2.0 MiB per step)', 'store `loss.item()`')
+    >>> c.forecast
+    'the 2.0 GiB limit is reached in about 1,200 steps (10 min)'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from memwatch.core.units import fmt_bytes, fmt_duration
+from memwatch.report.data import ReportData, finite
+from memwatch.report.summary import SHOWN_METRICS, latest_findings
+
+__all__ = ["Card", "Evidence", "cards", "clean_line", "peaks"]
+
+#: Kinds that get a card whatever their severity: growth that is held (a leak of low severity is
+#: still a leak, and reaches the reader once) and a forecast out-of-memory.
+CARD_KINDS: tuple[str, ...] = ("leak", "rank_leak", "near_oom", "rank_near_oom")
+_SEVERITY = {"critical": 0, "warning": 1, "info": 2}
+
+
+@dataclasses.dataclass
+class Evidence:
+    """One source a verdict rests on, and what it said (``found`` False: it was not used)."""
+
+    name: str
+    found: bool
+    detail: str
+
+
+@dataclasses.dataclass
+class Card:
+    """One verdict, as the first screen shows it."""
+
+    kind: str
+    severity: str
+    metric: str
+    when: str  # "epoch 4, step 240"
+    holder: str | None
+    holder_detail: str | None  # the culprit text after the holder's name
+    rate: str | None
+    forecast: str | None
+    fix: str | None
+    more_fixes: list[str]
+    evidence: list[Evidence]
+    message: str
+    finding: dict[str, Any]
+
+
+def _sort_key(f: dict[str, Any]) -> tuple[int, float, int]:
+    steps = finite(f.get("steps_to_oom"))
+    kind = str(f.get("kind"))
+    return (_SEVERITY.get(str(f.get("severity")), 3), steps if steps is not None else 1e300,
+            CARD_KINDS.index(kind) if kind in CARD_KINDS else len(CARD_KINDS))
+
+
+def verdict_findings(d: ReportData) -> list[dict[str, Any]]:
+    """The findings that get a card, worst first: warning and critical ones of every kind, and
+    leaks and OOM forecasts of any severity (the latest of each kind and metric)."""
+    got = [f for f in latest_findings(d.findings)
+           if f.get("severity") in ("warning", "critical") or f.get("kind") in CARD_KINDS]
+    return sorted(got, key=_sort_key)
+
+
+def _holder(f: dict[str, Any]) -> tuple[str | None, str | None]:
+    ev = f.get("evidence") or {}
+    culprit = str(f.get("culprit") or "").strip() or None
+    holder = str(ev.get("holder") or "").strip().lstrip("→ ").strip() or None
+    if holder is None:
+        return culprit, None
+    rest = None
+    if culprit and holder in culprit:
+        rest = culprit.split(holder, 1)[1].strip() or None
+    elif culprit:
+        rest = culprit
+    return holder, rest
+
+
+def _rate(f: dict[str, Any]) -> str | None:
+    bps = finite(f.get("bytes_per_step"))
+    if bps is None:
+        return None
+    ev = f.get("evidence") or {}
+    lo, hi = finite(ev.get("slope_ci_low")), finite(ev.get("slope_ci_high"))
+    s = f"{fmt_bytes(bps)}/step"
+    if lo is not None and hi is not None:
+        s += f" (95% CI {fmt_bytes(lo)}–{fmt_bytes(hi)} per step)"
+    return s
+
+
+def _forecast(f: dict[str, Any], limits: dict[str, float]) -> str | None:
+    ev = f.get("evidence") or {}
+    limit = finite(ev.get("limit_bytes")) or finite(ev.get("limit")) or limits.get(
+        str(f.get("metric")))
+    steps, secs = finite(f.get("steps_to_oom")), finite(f.get("seconds_to_oom"))
+    if limit is None:
+        return "no memory limit is known to forecast against" if steps is None and f.get(
+            "kind") in ("leak", "rank_leak") else None
+    where = f"the {fmt_bytes(limit)} limit"
+    if steps is None:
+        peak = finite(ev.get("peak")) or finite(ev.get("peak_bytes"))
+        if peak is None:
+            return None
+        return f"peaked at {fmt_bytes(peak)}, {peak / limit:.0%} of {where}"
+    when = f"in about {steps:,.0f} steps" + (f" ({fmt_duration(secs)})" if secs else "")
+    if f.get("severity") != "info":
+        return f"{where} is reached {when}"
+    left = finite(ev.get("remaining_steps"))
+    after = f", after this run ends ({left:,.0f} steps left)" if left is not None else ""
+    return f"{where} would be reached {when}{after}: not a threat to this run"
+
+
+def _census(f: dict[str, Any]) -> Evidence:
+    ev = f.get("evidence") or {}
+    if ev.get("census"):
+        return Evidence("census diff", False, str(ev["census"]))
+    epochs = ev.get("census_epochs")
+    if not isinstance(epochs, list) or len(epochs) < 2:
+        return Evidence("census diff", False, "no census of live objects for this verdict")
+    span = f"epochs {epochs[0]}→{epochs[-1]}"
+    groups = [g for g in ev.get("growing_groups") or [] if isinstance(g, dict)]
+    explained, grown = finite(ev.get("explained_bytes")), finite(ev.get("rss_growth_bytes"))
+    if ev.get("holder"):
+        detail = f"{span}: the holder's growth explains the verdict"
+        if explained and grown:
+            detail = (f"{span}: weighed {fmt_bytes(explained)} held by it, "
+                      f"of {fmt_bytes(grown)} of growth")
+        return Evidence("census diff", True, detail)
+    if groups:
+        return Evidence("census diff", True, f"{span}: {len(groups)} growing group(s) of "
+                                             "tensors, holder not found")
+    return Evidence("census diff", False, f"{span}: no growing live tensor or container")
+
+
+def _sites(f: dict[str, Any]) -> Evidence:
+    ev = f.get("evidence") or {}
+    traced = [t for t in ev.get("tracemalloc") or [] if isinstance(t, dict)]
+    if traced:
+        top = traced[0]
+        grew = finite(top.get("bytes_delta"))
+        return Evidence("allocation sites", True, f"tracemalloc: {top.get('where', '?')}"
+                        + (f" (+{fmt_bytes(grew)})" if grew else ""))
+    dev = [a for a in ev.get("alloc_sites") or [] if isinstance(a, dict)]
+    if dev:
+        return Evidence("allocation sites", True, f"allocation history: {dev[0].get('where')}")
+    metric = str(f.get("metric"))
+    how = ("record_history=True (CUDA)" if metric.startswith("device.")
+           else "tracemalloc=True")
+    return Evidence("allocation sites", False, f"not recorded (MemWatch({how}) names the line)")
+
+
+def _trend(f: dict[str, Any]) -> Evidence:
+    ev = f.get("evidence") or {}
+    p = finite(ev.get("mann_kendall_p"))
+    if p is None:
+        share = finite(ev.get("share"))
+        if share is not None:
+            return Evidence("measured", True, f"the peak reached {share:.0%} of the limit")
+        return Evidence("trend statistics", False, "no trend test for this verdict")
+    parts = [f"Mann–Kendall p = {p:.1g}"]
+    n = ev.get("epochs_growing")
+    if isinstance(n, int):
+        parts.append(f"{n} epoch(s) growing")
+    r1 = finite(ev.get("lag1_autocorrelation"))
+    if r1 is not None:
+        parts.append(f"lag-1 autocorrelation {r1:.2f} (corrected for)")
+    return Evidence("trend statistics", True, ", ".join(parts))
+
+
+def _evidence(f: dict[str, Any]) -> list[Evidence]:
+    """What the verdict rests on. For growth held (a leak), all three sources, found or not: a
+    trend alone is a weaker verdict than a trend whose holder a census diff named."""
+    if f.get("kind") in ("leak", "rank_leak"):
+        return [_trend(f), _census(f), _sites(f)]
+    got = [e for e in (_trend(f), _census(f), _sites(f)) if e.found]
+    return got or [_trend(f)]
+
+
+def _when(f: dict[str, Any]) -> str:
+    parts = []
+    if f.get("epoch") is not None:
+        parts.append(f"epoch {f['epoch']}")
+    if f.get("step") is not None:
+        parts.append(f"step {f['step']:,}" if isinstance(f["step"], int) else f"step {f['step']}")
+    if f.get("rank") is not None:
+        parts.append(f"rank {f['rank']}")
+    return ", ".join(parts)
+
+
+def cards(d: ReportData) -> list[Card]:
+    """One card per verdict (see :func:`verdict_findings`), worst first."""
+    out = []
+    for f in verdict_findings(d):
+        holder, rest = _holder(f)
+        tips = [str(t) for t in f.get("suggestions") or [] if t]
+        out.append(Card(
+            kind=str(f.get("kind", "")), severity=str(f.get("severity", "")),
+            metric=str(f.get("metric", "")), when=_when(f), holder=holder, holder_detail=rest,
+            rate=_rate(f), forecast=_forecast(f, d.limits), fix=tips[0] if tips else None,
+            more_fixes=tips[1:], evidence=_evidence(f),
+            message=str(f.get("message", "")), finding=f))
+    return out
+
+
+def peaks(d: ReportData) -> list[tuple[str, float, float | None]]:
+    """(metric, peak, limit) of the first metric with samples of each scope (device, host,
+    workers, cgroup), in the order a person reads them."""
+    out = []
+    scopes: set[str] = set()
+    for m in SHOWN_METRICS:
+        vals = [v for v in d.values.get(m) or [] if v is not None]
+        if vals and m.split(".")[0] not in scopes:
+            scopes.add(m.split(".")[0])
+            out.append((m, max(vals), d.limits.get(m)))
+    return out
+
+
+def _share(v: float, limit: float) -> str:
+    s = v / limit
+    return f"{s:.0%}" if s >= 0.095 else f"{s:.1%}" if s >= 0.001 else "<0.1%"
+
+
+def clean_line(d: ReportData) -> str:
+    """The first screen of a run without a verdict: one sentence, and its peaks."""
+    n_info = len(latest_findings(d.findings))
+    if d.epochs or d.findings:
+        head = (f"No leak and no out-of-memory risk found: {len(d.epochs)} epoch end(s) and "
+                f"{len(d.steps) and d.steps[-1]:,} steps judged")
+    else:
+        head = ("No verdict yet: no check has judged this run (verdicts come at epoch ends and "
+                "every check_every_n_steps steps)")
+    peak = "; ".join(f"{m} {fmt_bytes(v)}" + (f" ({_share(v, lim)} of {fmt_bytes(lim)})"
+                                              if lim else "") for m, v, lim in peaks(d)[:3])
+    tail = f" ({n_info} informational finding(s) below)" if n_info else ""
+    return head + (f". Peak: {peak}" if peak else "") + "." + tail
