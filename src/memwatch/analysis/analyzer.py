@@ -33,7 +33,7 @@ LEAK_METRICS = ("device.allocated", "host.rss", "workers.uss")
 # The leak metrics, plus the ones their verdicts and forecasts lean on.
 _JUDGED = ("device.allocated", "device.reserved", "device.peak", "host.rss", "workers.uss",
            "workers.rss", "workers.count", "host.rss_anon", "host.rss_file", "host.rss_shmem",
-           "device.outside_allocator")
+           "device.outside_allocator", "host.malloc_in_use", "host.malloc_free")
 
 
 class Analyzer:

@@ -97,7 +97,10 @@ class CheckContext:
             wall time can kill the run (a warning); slower growth is information.
         defer_leaks: an interval check in the first epoch of a run planned to have more: leave
             leak and accumulation verdicts to the epoch end.
-        limits: known byte limits per metric (device total, cgroup or physical memory).
+        limits: per metric, the byte limit that ends the run first (device total; for host
+            metrics the tightest of physical memory, the memory cgroup, RLIMIT_AS/RLIMIT_DATA).
+        limit_names: per metric, what that limit is, for messages ("physical memory", "the
+            memory cgroup", "the address space (RLIMIT_AS, ulimit -v)").
         total_steps: the run's planned number of optimizer steps, when known.
         steps_done: optimizer steps so far.
         device_kind: "cuda", "rocm", "mps", "fake"...: which census device the device metrics
@@ -115,6 +118,7 @@ class CheckContext:
     at: str = "epoch_end"
     partial: Any = None
     limits: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    limit_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     total_steps: int | None = None
     steps_done: int = 0
     horizon_s: float = 3 * 86400.0
@@ -141,6 +145,13 @@ class CheckContext:
         if lim is None and metric.startswith("workers."):
             lim = self.limits.get("host.rss")
         return float(lim) if lim else None
+
+    def limit_name(self, metric: str) -> str | None:
+        """How messages name the limit of :meth:`limit` (None: say only its size)."""
+        name = self.limit_names.get(metric)
+        if name is None and metric.startswith("workers."):
+            name = self.limit_names.get("host.rss")
+        return name
 
     @property
     def device_prefix(self) -> str:

@@ -6,7 +6,9 @@ background thread. So is RSS by kind (anonymous, file-backed, shared memory) fro
 ``/proc/self/status`` (about 10 us). ``statm`` has a ``shared`` field that would cost ~0.3 us more
 per step, but it adds shared memory to file-backed pages, and shared memory (batches a DataLoader
 worker passed through ``/dev/shm``) is not reclaimable: a run keeping those batches would look like
-a mapped file. Off Linux, psutil provides RSS and the split is absent.
+a mapped file. Off Linux, psutil provides RSS and the split is absent. The C allocator's in-use
+and free bytes (glibc ``mallinfo2``, :mod:`memwatch.probes.malloc`) are read in the background
+too, where they exist.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import Any
 
 from memwatch.core.forking import ForkRegistry
 from memwatch.probes import procfs
+from memwatch.probes.malloc import KEYS as MALLOC_KEYS
+from memwatch.probes.malloc import MallocInfo
 
 log = logging.getLogger("memwatch")
 
@@ -50,6 +54,10 @@ class HostProbe:
         self._pid = -1
         self._psutil_proc: Any = None  # psutil.Process off Linux
         self._open()
+        # The C allocator's in-use and free bytes, where glibc has mallinfo2 (probes/malloc.py).
+        self._malloc = MallocInfo.open()
+        if self._malloc is not None:
+            self.slow_keys = (*HostProbe.slow_keys, *MALLOC_KEYS)
         _in_children.add(self)
 
     def _open(self) -> None:
@@ -95,6 +103,8 @@ class HostProbe:
             if split is not None:
                 out.update({"host.rss_anon": split.anon, "host.rss_file": split.file,
                             "host.rss_shmem": split.shmem})
+        if self._malloc is not None:
+            out.update(self._malloc.read())
         return out
 
     def limits(self) -> dict[str, float]:

@@ -262,6 +262,59 @@ def cgroup_memory_limit() -> int | None:
     return None
 
 
+def parse_vm(text: bytes) -> dict[str, float]:
+    r"""``VmSize`` and ``VmData`` of a ``status`` file, in bytes.
+
+    Example::
+
+        >>> parse_vm(b"VmPeak:\t 900 kB\nVmSize:\t  800 kB\nVmData:\t  300 kB\n")
+        {'VmSize': 819200.0, 'VmData': 307200.0}
+    """
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith((b"VmSize:", b"VmData:")):
+            name, _, rest = line.partition(b":")
+            parts = rest.split()
+            if parts and parts[0].isdigit():
+                out[name.decode()] = float(int(parts[0]) * 1024)
+    return out
+
+
+#: The process limits that end a run of their own (``setrlimit``), the status line each is
+#: measured against, and how messages name them.
+RLIMITS = (("RLIMIT_AS", "VmSize", "the address space (RLIMIT_AS, ulimit -v)"),
+           ("RLIMIT_DATA", "VmData", "the data segment (RLIMIT_DATA, ulimit -d)"))
+
+
+def rlimit_room(pid: int | None = None) -> tuple[float, str] | None:
+    """The room the tightest of this process's address-space and data-segment limits leaves
+    (limit less what the process uses by that limit's measure), and its name; None when neither
+    is set. Memory that grows takes address space with it, so a growing RSS dies when this room
+    is gone, whatever the machine has left."""
+    import resource
+
+    want: list[tuple[int, str, str]] = []
+    for attr, field, name in RLIMITS:
+        lim = getattr(resource, attr, None)
+        if lim is None:
+            continue
+        try:
+            soft, _ = resource.getrlimit(lim)
+        except (OSError, ValueError):
+            continue
+        if soft != resource.RLIM_INFINITY and soft > 0:
+            want.append((int(soft), field, name))
+    if not want:
+        return None
+    try:
+        with open(f"/proc/{pid or 'self'}/status", "rb") as f:
+            vm = parse_vm(f.read())
+    except OSError:
+        return None
+    rooms = [(max(soft - vm[field], 0.0), name) for soft, field, name in want if field in vm]
+    return min(rooms) if rooms else None
+
+
 def host_memory_limit() -> int | None:
     """The tighter of the cgroup limit and physical memory."""
     limits = []

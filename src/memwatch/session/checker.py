@@ -264,8 +264,11 @@ class Checker:
                 collected: bool = False, steps_done: int | None = None) -> CheckContext:
         """What the analyzer is told at this check (it never reads the session)."""
         view = self._view
+        binding = self._sampling.binding()
         return CheckContext(
-            origin=origin, at=at, partial=partial, limits=view.limits(),
+            origin=origin, at=at, partial=partial,
+            limits={m: b for m, (b, _) in binding.items()},
+            limit_names={m: name for m, (_, name) in binding.items()},
             total_steps=view.total_steps,
             steps_done=view.step_count if steps_done is None else steps_done,
             horizon_s=self._config.horizon_s, defer_leaks=defer_leaks,

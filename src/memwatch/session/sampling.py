@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from memwatch.probes import procfs
 from memwatch.probes.base import DeviceProbe, Probe
 from memwatch.session.config import WatchConfig
 from memwatch.session.probes import NanProbe, open_probes, resolve_device
@@ -27,6 +29,8 @@ __all__ = ["Sampling"]
 #: Metrics whose limit, inside a memory cgroup, is what the rest of the job leaves them.
 _JOB_SHARED = ("host.rss", "host.uss", "host.pss", "host.rss_anon", "host.rss_shmem",
                "workers.uss", "workers.pss", "workers.rss")
+#: This process's own memory: what its address-space and data-segment limits bound.
+_OWN = ("host.rss", "host.uss", "host.pss", "host.rss_anon", "host.malloc_in_use")
 
 
 class Sampling:
@@ -141,26 +145,50 @@ class Sampling:
         return self.timeline.latest() if self.timeline is not None else {}
 
     def limits(self) -> dict[str, float]:
-        """Known byte limits per metric (device total, cgroup or physical memory).
+        """Known byte limits per metric: the one that binds first (see :meth:`binding`)."""
+        return {m: b for m, (b, _) in self.binding().items()}
+
+    def binding(self) -> dict[str, tuple[float, str]]:
+        """Per metric, the limit that will end the run first, in that metric's bytes, and its
+        name: the device's memory; for host and worker metrics the tightest of physical memory,
+        the memory cgroup and this process's address-space / data-segment limits.
 
         Inside a memory cgroup the kernel kills when the whole job (this process, its workers,
         everything else in the cgroup) fills the limit, so a host or worker metric's limit is
-        its own value plus the room the cgroup has left: ``value + limit - working_set``.
+        its own value plus the room the cgroup has left: ``value + limit - working_set``. An
+        address-space limit (``ulimit -v``) leaves room the same way: ``value + RLIMIT_AS -
+        VmSize`` for this process's own memory.
         """
-        out: dict[str, float] = {}
+        out: dict[str, tuple[float, str]] = {}
         for p in self.probes:
             try:
-                out.update(p.limits())
+                got = p.limits()
             except Exception:  # noqa: BLE001
                 continue
+            name = "the device's memory" if p is self.device else \
+                "the memory cgroup" if p.name == "cgroup" else "physical memory"
+            out.update({m: (b, name) for m, b in got.items()})
         latest = self.latest()
+
+        def bind(metrics: tuple[str, ...], room: float, name: str) -> None:
+            for m in metrics:
+                v = latest.get(m)
+                if v is not None and math.isfinite(v) and v + room < out.get(m, (math.inf,))[0]:
+                    out[m] = (v + room, name)
+
+        if "host.rss" in out:  # workers are processes of their own: the machine's limit
+            for m in ("workers.uss", "workers.pss", "workers.rss"):
+                out.setdefault(m, out["host.rss"])
         limit, used = latest.get("cgroup.limit"), latest.get("cgroup.working_set")
         if limit and used is not None and math.isfinite(limit) and math.isfinite(used):
-            room = max(0.0, limit - used)
-            for m in _JOB_SHARED:
-                v = latest.get(m)
-                if v is not None and math.isfinite(v):
-                    out[m] = min(out.get(m, math.inf), v + room)
+            bind(_JOB_SHARED, max(0.0, limit - used), "the memory cgroup")
+        if self._config.host and sys.platform.startswith("linux"):
+            try:
+                own = procfs.rlimit_room()
+            except Exception:  # noqa: BLE001 - a limit is evidence, never a failure
+                own = None
+            if own is not None:
+                bind(_OWN, *own)
         return out
 
     def probe(self, name: str) -> Any:

@@ -53,17 +53,24 @@ def attribute(metric: str, cur: EpochStats, pair: CensusPair | None,
         python_object_growth=types,
         graph_nodes=rec.census.graph_nodes,
     )
+    # The owners: containers that were there at the previous census and grew since. A leak
+    # needs the same owner growing across checks; a container made anew since then (an index
+    # permutation a sampler rebuilds every epoch, a per-step dict inside a growing log) is at
+    # most part of an owner's growth, never an owner itself.
+    grown = [g for g in weigh.container_growth(prev.census.containers, rec.census.containers)
+             if not g.new] if host else []
+    owners = {g.obj_id: g.len_delta for g in grown}
     # Candidates: growing tensor groups (storages and autograd graphs, by bytes; a scalar loss
-    # kept with its graph is tiny itself but holds the graph) and, on the host, containers
-    # that grew, weighed.
+    # kept with its graph is tiny itself but holds the graph), and the owners, weighed.
     cands: list[_Candidate] = []
     for g in growths[:6] + [g for g in growths[6:] if g.graph_nodes_delta > 0][:4]:
         ids = g.new_ids or g.group.ids
         if ids:
             cands.append(_Candidate(float(g.effective_bytes), ids[len(ids) // 2], group=g))
-    grown = weigh.container_growth(prev.census.containers, rec.census.containers) \
-        if host else []
-    objs = weigh.objects_for({c.target for c in cands} | {g.obj_id for g in grown[:12]})
+    objs = weigh.objects_for({c.target for c in cands} | {g.obj_id for g in grown[:12]}
+                             | {i for c in cands if c.group is not None
+                                and c.group.graph_nodes_delta > 0
+                                for i in c.group.group.ids[:_GRAPH_TENSORS]})
     scale = weigh.Scale()
     try:
         for cg in grown[:12]:
@@ -74,6 +81,12 @@ def attribute(metric: str, cur: EpochStats, pair: CensusPair | None,
             del obj
     finally:
         scale.close()
+    for c in cands:
+        if c.group is not None and c.group.graph_nodes_delta > 0:
+            # The tensor whose graph grows is the one to name, not any of its group (the
+            # current step's loss and the accumulator a step's graph is chained onto can be
+            # the same kind of tensor): the one with the largest graph now.
+            c.target, c.graph_nodes = _largest_graph(c.group, objs)
     out.containers = [c.container.to_dict() for c in cands if c.container is not None]
     cands.sort(key=lambda c: c.bytes, reverse=True)
     # A container of tensors and the tensor group it gained are one growth seen twice: walk from
@@ -94,7 +107,7 @@ def attribute(metric: str, cur: EpochStats, pair: CensusPair | None,
         # (``objs`` still holds the other candidates, a container among them: not a holder)
         holder = holders_mod.holder_of(target,
                                        budget_s=max(deadline - time.perf_counter(), 0.1),
-                                       ignore=(id(objs),))
+                                       ignore=(id(objs), id(owners)), owners=owners)
         del target
         if holder is None:
             continue
@@ -109,6 +122,7 @@ def attribute(metric: str, cur: EpochStats, pair: CensusPair | None,
         out.effective_bytes = out.chosen.bytes
         if out.group is not None:
             out.graph_bytes = out.group.graph_bytes_delta
+            out.graph_nodes_named = out.chosen.graph_nodes
     if not host and out.group is not None and ctx.device_snapshot is not None:
         out.alloc_sites = alloc_sites_of(out.group, ctx)
     out.attribution_ms = round((time.perf_counter() - t0) * 1000.0, 1)
@@ -162,6 +176,25 @@ def alloc_sites_of(g: GroupGrowth, ctx: CheckContext) -> list[Any]:
     return device_sites.join(snap, addrs)
 
 
+#: Tensors of a graph-growing group whose graphs are measured one by one to name the largest.
+_GRAPH_TENSORS = 32
+
+
+def _largest_graph(g: GroupGrowth, objs: dict[int, Any]) -> tuple[int, int]:
+    """(id, nodes) of the tensor of ``g`` with the largest autograd graph (of those found)."""
+    from memwatch.analysis.culprits.graphs import graph_size
+
+    best, nodes = (g.new_ids or g.group.ids)[0], -1
+    for i in g.group.ids[:_GRAPH_TENSORS]:
+        t = objs.get(i)
+        if t is None:
+            continue
+        _, n = graph_size(t, max_nodes=50_000)
+        if n > nodes:
+            best, nodes = i, n
+    return best, max(nodes, 0)
+
+
 @dataclasses.dataclass
 class _Candidate:
     """Something that grew between two censuses, its growth in bytes and an object to walk
@@ -171,6 +204,7 @@ class _Candidate:
     target: int  # id of the object the holder walk starts from
     group: GroupGrowth | None = None
     container: _Container | None = None
+    graph_nodes: int = 0  # nodes of the named tensor's autograd graph (graph growth)
 
     def per_check(self) -> int:
         """Objects (elements, tensors, autograd nodes) added since the last census."""

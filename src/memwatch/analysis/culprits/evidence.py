@@ -137,6 +137,9 @@ class Holder:
     via_hook: bool = False
     hook_count: int | None = None
     elements: str | None = None  # what the named container holds, e.g. "numpy arrays"
+    #: When the holder is a container that grew since the previous census: how many elements
+    #: it gained (the owner of the growth; None when no growing container was passed).
+    owner_delta: int | None = None
 
     def describe(self, delta: int | None = None) -> str:
         """``Net.kept_features (list, 1000 tensors, +250 since the last check)``."""
@@ -191,6 +194,8 @@ class Attribution:
     chosen: Any = None  # the candidate named (group or container)
     containers: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     graph_nodes: int = 0
+    #: Nodes of the named tensor's autograd graph now (when the culprit is a growing graph).
+    graph_nodes_named: int = 0
     alloc_sites: list[Any] = dataclasses.field(default_factory=list)  # device_sites.AllocSite
     holder: Holder | None = None
     graph_bytes: int = 0
@@ -220,6 +225,8 @@ class Attribution:
             if self.group is not None:
                 ev["graph_bytes"] = self.graph_bytes
                 ev["graph_nodes_delta"] = self.group.graph_nodes_delta
+                if self.graph_nodes_named:
+                    ev["graph_nodes_named"] = self.graph_nodes_named
             if self.chosen is not None:
                 ev["culprit_bytes"] = self.chosen.bytes
         for name in ("explained_bytes", "rss_growth_bytes", "tracemalloc",
@@ -234,6 +241,8 @@ class Attribution:
             ev["holder"] = h.path
             ev["holder_root"] = h.root
             ev["hook_count"] = h.hook_count
+            if h.owner_delta is not None:
+                ev["holder_grew_by"] = h.owner_delta
         return ev
 
 

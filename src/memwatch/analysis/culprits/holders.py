@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import time
 import types
+from collections.abc import Mapping
 from typing import Any
 
 from memwatch.analysis.culprits.evidence import Holder
@@ -35,12 +36,18 @@ def find_holder(obj_id: int, max_depth: int = 10, budget_s: float = 2.0) -> Hold
 
 
 def holder_of(target: Any, max_depth: int = 10, budget_s: float = 2.0,
-              ignore: tuple[int, ...] = ()) -> Holder | None:
+              ignore: tuple[int, ...] = (), owners: Mapping[int, int] | None = None
+              ) -> Holder | None:
     """Name what keeps ``target`` alive (bounded walk upwards). The caller's own containers
     must not hold it (they would be reported) unless their ids are in ``ignore``; its frames
     are skipped when they run memwatch's code, so pass it from there or through
-    :func:`find_holder`."""
-    walker = _Walker(budget_s)
+    :func:`find_holder`.
+
+    ``owners``: ids of the containers that grew since the previous census (id -> elements
+    added). The walk names the nearest of them it passes through — the owner that keeps
+    gaining what leaks — and nothing below it: ``GRAD_DEBUG``, never ``GRAD_DEBUG[198]['grad']``,
+    whichever element the walk started from, so the name is the same at every check."""
+    walker = _Walker(budget_s, owners or {})
     walker.graph.ignore.update(ignore)
     try:
         return walker.walk(target, max_depth)
@@ -70,9 +77,12 @@ def _object_by_id(obj_id: int) -> Any | None:
 class _Walker:
     """One walk from a target up to the root that holds it."""
 
-    def __init__(self, budget_s: float) -> None:
+    def __init__(self, budget_s: float, owners: Mapping[int, int]) -> None:
         self.graph = ReferrerGraph(budget_s)
         self.elements: str | None = None
+        self.owners = owners
+        #: Elements the named owner gained since the previous census (None: no owner passed).
+        self.owner_delta: int | None = None
         self.graph.ignore.add(id(self.__dict__))
 
     def walk(self, target: Any, max_depth: int) -> Holder | None:
@@ -91,6 +101,9 @@ class _Walker:
         if type(target) in CONTAINER_TYPES:
             container, container_len = CONTAINER_TYPES[type(target)], len(target)
             self.elements = elements_of(target)
+            if id(target) in self.owners:
+                self.owner_delta = self.owners[id(target)]
+                stripping = False
         for _ in range(max_depth):
             if time.perf_counter() > self.graph.deadline:
                 break
@@ -107,6 +120,25 @@ class _Walker:
                 break
             kind, label, parent = step.kind, step.label, step.parent
             del step
+            box = _container_of(kind, label, parent)
+            if box is not None and id(box) in self.owners and self.owner_delta is None:
+                # The growing owner: what was below it (an element, a key) leaves the name.
+                segments.clear()
+                container = CONTAINER_TYPES.get(type(box), kind)
+                container_len = len(box)
+                self.elements = elements_of(box)
+                self.owner_delta = self.owners[id(box)]
+                stripping = False
+                del box
+                if kind == "attr_dict":  # ``.cache[key]``: the attribute names the owner
+                    segments.append(label.split("[", 1)[0])
+                    visited.add(id(parent))
+                    cur = parent
+                    continue
+                visited.add(id(parent))
+                cur = parent
+                continue
+            del box
             if stripping and is_index(kind, label):
                 container = "dict" if kind == "attr_dict" else kind
                 box: Any = getattr(parent, label[1:].split("[", 1)[0], None) \
@@ -178,5 +210,16 @@ class _Walker:
         elif via_tb:
             root = "traceback"
         return Holder(path, root, container, container_len, via_tb, via_hook, hook_count,
-                      self.elements if container is not None else None)
+                      self.elements if container is not None else None,
+                      owner_delta=self.owner_delta)
+
+
+def _container_of(kind: str, label: str, parent: Any) -> Any:
+    """The container a step goes through: the parent itself (a list, a dict...), the dict an
+    attribute holds (``.cache[key]``), or None (a global, an attribute, a frame...)."""
+    if kind in ("list", "deque", "tuple", "set", "dict"):
+        return parent
+    if kind == "attr_dict":
+        return getattr(parent, label[1:].split("[", 1)[0], None)
+    return None
 

@@ -19,10 +19,10 @@ from typing import Any
 
 from memwatch.analysis.culprits.frames import frame_local_label
 from memwatch.analysis.culprits.names import local_label, module_label
-from memwatch.analysis.culprits.ownership import is_own_file
+from memwatch.analysis.culprits.ownership import is_own_file, is_own_module_name, is_own_type
 
-__all__ = ["HOOK_DICTS", "NAMED", "PRIORITY", "ReferrerGraph", "Step", "is_root_module",
-           "safe_dict"]
+__all__ = ["HOOK_DICTS", "NAMED", "PRIORITY", "ReferrerGraph", "Step", "is_own_object",
+           "is_root_module", "key_label", "safe_dict"]
 
 #: The attributes of an ``nn.Module`` that hold hooks: a holder reached through one of them is
 #: a hook registered again and again.
@@ -112,7 +112,11 @@ class ReferrerGraph:
 
     def describe(self, cur: Any, r: Any) -> tuple[str, str, Any] | None:
         """How ``r`` refers to ``cur``: (kind, label, the object to climb to next), or None
-        when ``r`` is not worth naming (memwatch's frames, a module's function globals)."""
+        when ``r`` is not worth naming (memwatch's own objects, frames and hooks, a module's
+        function globals). Labels never hold an object's repr: only names, and dict keys that
+        are short strings or numbers."""
+        if is_own_object(r):
+            return None
         if isinstance(r, dict):
             key = next((k for k, v in r.items() if v is cur), None)
             if key is None:
@@ -129,9 +133,9 @@ class ReferrerGraph:
                 if attr in ("_modules", "_parameters", "_buffers"):
                     return ("attr", f".{key}", owner)
                 if attr is not None:
-                    return ("attr_dict", f".{attr}[{key!r}]", owner)
+                    return ("attr_dict", f".{attr}[{key_label(key)}]", owner)
                 return ("attr", f".{key}", owner)
-            return ("dict", f"[{key!r}]", r)
+            return ("dict", f"[{key_label(key)}]", r)
         if isinstance(r, (list, collections.deque)):
             kind = "list" if isinstance(r, list) else "deque"
             return (kind, f"[{_index_of(r, cur)}]", r)
@@ -166,6 +170,11 @@ class ReferrerGraph:
             return ("function", f" ← {r.__qualname__}", r)
         if isinstance(r, types.MethodType):
             return ("method", f" → bound method {r.__func__.__qualname__}", r)
+        if type(r).__name__ == "_lru_cache_wrapper":
+            # functools.lru_cache / functools.cache keep their results in a dict the wrapper
+            # owns (no attribute names it): name the cache by the function it wraps.
+            name = getattr(r, "__qualname__", "?")
+            return ("owner", f" → cache of {name}()", r)
         # An instance whose (managed) attribute values include cur.
         d = safe_dict(r)
         if isinstance(d, dict):
@@ -269,6 +278,35 @@ def is_root_module(obj: Any) -> bool:
     """An ``nn.Module`` (the outermost one names a holder by its class)."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(obj, torch.nn.Module)
+
+
+def key_label(key: Any) -> str:
+    """How a dict key reads in a holder's name: a short string or a number as written, anything
+    else by its type only (never an object's repr: a tensor key would print its values).
+
+    Example::
+
+        >>> key_label("grad"), key_label(3), key_label(("a", 1)), key_label("x" * 80)
+        ("'grad'", '3', '<tuple>', '<str>')
+    """
+    if isinstance(key, str) and len(key) <= 40 and key.isprintable():
+        return repr(key)
+    if type(key) in (int, bool) or (type(key) is float and key == key):
+        return repr(key)
+    return f"<{type(key).__name__}>"
+
+
+def is_own_object(obj: Any) -> bool:
+    """memwatch's own object, function, bound method or closure: never a holder (memwatch's
+    hooks and wrappers hold what they watch)."""
+    tp = type(obj)
+    if is_own_type(tp):
+        return True
+    if tp is types.FunctionType:
+        return is_own_module_name(getattr(obj, "__module__", "") or "")
+    if tp is types.MethodType:
+        return is_own_object(obj.__func__) or is_own_type(type(obj.__self__))
+    return False
 
 
 def safe_dict(obj: Any) -> Any:

@@ -24,7 +24,7 @@ from typing import Any
 
 from memwatch.analysis.culprits import graphs
 from memwatch.analysis.culprits.evidence import ContainerGrowth
-from memwatch.analysis.culprits.ownership import is_user_module, is_user_type
+from memwatch.analysis.culprits.ownership import is_user_file, is_user_module, is_user_type
 
 __all__ = ["CONTAINER_MIN_LEN", "CONTAINER_TYPES", "ContainerGrowth", "Scale", "container_growth",
            "element_name", "new_elements", "objects_for", "untracked_dicts", "weigh_growth"]
@@ -35,6 +35,9 @@ CONTAINER_MIN_LEN = 16
 SAMPLE = 16
 #: Objects visited to weigh one element.
 ELEMENT_BUDGET = 2000
+#: A container met while weighing with more items than this is weighed by an even sample of
+#: this many items, scaled to its length.
+BIG_CONTAINER = 64
 
 CONTAINER_TYPES: dict[type, str] = {
     list: "list",
@@ -64,7 +67,9 @@ def untracked_dicts(user_instances: list[Any]) -> dict[int, tuple[int, str]]:
 
 
 def _namespaces(user_instances: list[Any]) -> list[Any]:
-    """Where user code keeps untracked dicts: user modules' globals, user instances' attributes."""
+    """Where user code keeps untracked dicts: user modules' globals, user instances' attributes,
+    and the locals of user functions still running (``main()``'s ``store = {}``: a dict of
+    arrays or strings is not tracked by the collector, and nothing else refers to it)."""
     spaces: list[Any] = [getattr(m, "__dict__", None) for m in list(sys.modules.values())
                          if m is not None and is_user_module(m)]
     for o in user_instances:
@@ -72,7 +77,23 @@ def _namespaces(user_instances: list[Any]) -> list[Any]:
             spaces.append(object.__getattribute__(o, "__dict__"))
         except Exception:  # noqa: BLE001 - slots, proxies
             continue
+    spaces.extend(_user_frame_locals())
     return spaces
+
+
+def _user_frame_locals() -> list[dict[str, Any]]:
+    """``f_locals`` of every running frame of user code, on every thread."""
+    out: list[dict[str, Any]] = []
+    for frame in sys._current_frames().values():
+        f: types.FrameType | None = frame
+        while f is not None:
+            if is_user_file(f.f_code.co_filename):
+                try:
+                    out.append(f.f_locals)
+                except Exception:  # noqa: BLE001 - a frame being torn down
+                    pass
+            f = f.f_back
+    return out
 
 
 def _is_tracked(o: Any) -> bool:
@@ -175,6 +196,16 @@ class Scale:
             except Exception:  # noqa: BLE001 - objects whose __sizeof__ fails
                 pass
             if isinstance(o, _ATOMS):
+                continue
+            if tp in (list, tuple, set, frozenset, collections.deque, dict) and \
+                    len(o) > BIG_CONTAINER:
+                # A large container inside what is weighed (a per-step list of 100,000 floats):
+                # weigh an even sample of its items and scale, rather than stop at the budget.
+                items = list(itertools.islice(o.items() if isinstance(o, dict) else o, 0, None,
+                                              max(len(o) // BIG_CONTAINER, 1)))[:BIG_CONTAINER]
+                part = sum(self.weigh(x, max(budget // len(items), 1)) for x in items)
+                total += int(part * len(o) / len(items))
+                items.clear()
                 continue
             if tp in (list, tuple, set, frozenset, collections.deque):
                 stack.extend(o)

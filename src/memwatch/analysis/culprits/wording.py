@@ -75,8 +75,9 @@ def graph_culprit(a: Attribution) -> tuple[str, list[str], str]:
     g = a.group
     assert g is not None
     h = a.holder
-    grew = (f"its autograd graph grew by {g.graph_nodes_delta} nodes "
-            f"(about {fmt_bytes(max(g.graph_bytes_delta, 0))}) since the last check")
+    total = f", {a.graph_nodes_named:,} nodes now" if a.graph_nodes_named else ""
+    grew = (f"its autograd graph grew by {g.graph_nodes_delta:,} nodes "
+            f"(about {fmt_bytes(max(g.graph_bytes_delta, 0))}) since the last check{total}")
     culprit = f"{h.path} — {g.group.describe()}: {grew}" if h is not None else \
         f"a {g.group.describe()} tensor: {grew}"
     detail = ("Every step chains its graph onto this tensor, as a running sum kept with its "
@@ -152,7 +153,9 @@ def culprit_of(metric: str, a: Attribution) -> tuple[str | None, list[str], str]
                    f"{site.where} ({' ← '.join(site.frames[:3])}).")
     culprit = what
     if h is not None:
-        culprit = f"{h.describe(g.count_delta if h.container else None)} — {what}"
+        delta = h.owner_delta if h.owner_delta is not None else \
+            g.count_delta if h.container else None
+        culprit = f"{h.describe(delta)} — {what}"
         if h.via_hook:
             n = f" ({h.hook_count} hooks registered)" if h.hook_count else ""
             suggestions.insert(0, (

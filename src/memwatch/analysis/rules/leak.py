@@ -21,7 +21,7 @@ from typing import Any
 from memwatch.analysis.culprits.evidence import Attribution
 from memwatch.analysis.culprits.traced import traced_explains
 from memwatch.analysis.culprits.wording import culprit_of
-from memwatch.analysis.rules import mapped_file
+from memwatch.analysis.rules import mapped_file, native
 from memwatch.analysis.rules.base import Rule, RuleInput
 from memwatch.analysis.rules.words import ci, forecast_words, span, where
 from memwatch.analysis.stats.forecast import consequence, forecast, remaining_steps
@@ -123,12 +123,22 @@ def _leak_finding(inp: RuleInput, metric: str, hist: list[EpochStats],
                   metric, attribution.tracemalloc_summary)
         return None
     if attribution.retention and metric.startswith("host.rss"):
-        return allocator_retention(ctx.origin, metric, slope, attribution)
+        # Live objects explain too little: the C allocator's figures tell native memory from
+        # freed memory it keeps (never allocator advice without that evidence).
+        units = hist[-3:]
+        return native.native_or_retention(
+            origin=ctx.origin, metric=metric, units=units, slope=slope,
+            rss_growth=units[-1].floor - units[0].floor,
+            heap=native.heap_growth(history, units) if len(units) >= 2 else None,
+            attribution=attribution, limit=limit, limit_name=ctx.limit_name(metric),
+            steps_to_oom=steps_to_oom, seconds_to_oom=seconds_to_oom, severity=severity,
+            remaining=remaining_steps(cur, ctx), run_known=bool(ctx.total_steps))
     return _message(origin=ctx.origin, metric=metric, stats=hist, slope=slope,
                     slope_ci=(low, high), limit=limit, peak_now=peak_now,
                     steps_to_oom=steps_to_oom, seconds_to_oom=seconds_to_oom,
                     severity=severity, attribution=attribution,
-                    remaining=remaining_steps(cur, ctx), run_known=bool(ctx.total_steps))
+                    remaining=remaining_steps(cur, ctx), run_known=bool(ctx.total_steps),
+                    limit_name=ctx.limit_name(metric))
 
 
 # --------------------------------------------------------------------------- wording
@@ -136,7 +146,8 @@ def _leak_finding(inp: RuleInput, metric: str, hist: list[EpochStats],
 def _message(*, origin: Origin, metric: str, stats: list[EpochStats], slope: float,
          slope_ci: tuple[float, float], limit: float | None, peak_now: float,
          steps_to_oom: float | None, seconds_to_oom: float | None, severity: Severity,
-         attribution: Attribution, remaining: float, run_known: bool) -> Finding:
+         attribution: Attribution, remaining: float, run_known: bool,
+         limit_name: str | None = None) -> Finding:
     cur = stats[-1]
     n_ep = sum(1 for s in stats if s.shape == "growing") or 1
     culprit, suggestions, detail = culprit_of(metric, attribution)
@@ -145,7 +156,8 @@ def _message(*, origin: Origin, metric: str, stats: list[EpochStats], slope: flo
         f"released: its floor rose by {fmt_bytes(cur.floor - stats[0].floor)} "
         f"(to {fmt_bytes(cur.floor)}) {span(stats)}."
     )
-    msg += forecast_words(limit, steps_to_oom, seconds_to_oom, severity, remaining, run_known)
+    msg += forecast_words(limit, steps_to_oom, seconds_to_oom, severity, remaining, run_known,
+                          limit_name)
     if detail:
         msg += " " + detail
     evidence = {
@@ -159,6 +171,7 @@ def _message(*, origin: Origin, metric: str, stats: list[EpochStats], slope: flo
         "epoch_peaks": [s.peak for s in stats[-6:]],
         "epochs_growing": n_ep,
         "limit_bytes": limit,
+        "limit_name": limit_name,
         "peak_bytes": peak_now,
         **attribution.evidence(),
         "remaining_steps": remaining,
@@ -206,32 +219,6 @@ def step_change(origin: Origin, metric: str, cur: EpochStats) -> Finding:
         f"{cur.step_at} and stayed flat before and after: a buffer allocated once (optimizer "
         "state, a cache sized at first use). Not a leak unless it repeats."),
         height=cur.step_height, at_step=cur.step_at)
-
-
-def allocator_retention(origin: Origin, metric: str, slope: float, a: Attribution) -> Finding:
-    msg = (
-        f"{where(metric)} grows by {fmt_bytes(slope)} per step, but live tensors and Python "
-        f"objects do not (they explain {fmt_bytes(a.explained_bytes or 0)} of "
-        f"{fmt_bytes(a.rss_growth_bytes or 0)}). Most often that is the C allocator "
-        "keeping freed memory (glibc arenas fragment under many threads and mixed sizes), which "
-        "no code fix addresses; less often native code (an extension) leaking outside Python."
-    )
-    summ = a.tracemalloc_summary
-    if summ is not None:
-        msg += (f" tracemalloc agrees: live traced Python allocations changed by "
-                f"{fmt_bytes(summ.get('traced_net_bytes'))} over the last epoch.")
-    return origin.finding(
-        # Not a leak in the user's code: informational, like every non-leak finding.
-        kind="allocator_retention", metric=metric, severity="info", message=msg,
-        bytes_per_step=slope,
-        suggestions=[
-            "Limit glibc arenas: `MALLOC_ARENA_MAX=2` in the environment.",
-            "Return free memory to the OS at epoch ends: "
-            "`ctypes.CDLL('libc.so.6').malloc_trim(0)`.",
-            "Use jemalloc or tcmalloc (`LD_PRELOAD=libjemalloc.so.2`), which fragment less.",
-        ],
-        evidence={"pattern": "allocator_retention", **a.evidence()},
-    )
 
 
 RULE = Rule(

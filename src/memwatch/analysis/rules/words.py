@@ -42,18 +42,19 @@ def span(stats: list[EpochStats]) -> str:
 
 def forecast_words(limit: float | None, steps_to_oom: float | None,
                    seconds_to_oom: float | None, severity: Severity, remaining: float,
-                   run_known: bool) -> str:
+                   run_known: bool, limit_name: str | None = None) -> str:
     """The forecast in words, for a threat ("reached in about 1,200 steps (40 min)") or not
-    ("9 years away ...: not a threat to this run")."""
+    ("9 years away ...: not a threat to this run"), naming the limit that binds."""
     if limit is None:
         return " No memory limit is known to forecast against."
     if steps_to_oom is None:
         return ""
+    what = f"the {fmt_bytes(limit)} limit" + (f" of {limit_name}" if limit_name else "")
     if severity != "info":
-        return (f" At this rate the {fmt_bytes(limit)} limit is reached in about "
+        return (f" At this rate {what} is reached in about "
                 f"{steps_to_oom:,.0f} steps ({fmt_duration(seconds_to_oom)}).")
     after = (f", after this run ends ({remaining:,.0f} steps left)" if run_known else
              f", beyond the {fmt_duration(remaining * (seconds_to_oom or 0) / steps_to_oom)} "
              "horizon" if steps_to_oom else "")
-    return (f" At this rate the {fmt_bytes(limit)} limit is {fmt_duration(seconds_to_oom)} away "
+    return (f" At this rate {what} is {fmt_duration(seconds_to_oom)} away "
             f"({steps_to_oom:,.0f} steps){after}: not a threat to this run.")

@@ -68,7 +68,8 @@ def judge(inp: RuleInput) -> list[Finding]:
         return [worker_leak(ctx.origin, metric, steady, slope, int(count), steps_to_oom,
                             consequence(steps_to_oom, cur, ctx, cfg), limit=limit,
                             remaining=remaining_steps(cur, ctx),
-                            run_known=bool(ctx.total_steps))]
+                            run_known=bool(ctx.total_steps),
+                            limit_name=ctx.limit_name("host.rss"))]
     if v == "accumulation":
         prev = steady[-2] if len(steady) > 1 else None
         return [accumulation(ctx.origin, metric, cur, prev)]
@@ -158,7 +159,7 @@ def _first_unit_cow(summary: EpochSummary, cur: EpochStats, cfg: AnalyzerConfig,
 def worker_leak(origin: Origin, metric: str, stats: list[EpochStats], slope: float,
                 workers: int, steps_to_oom: float | None, severity: Severity, *,
                 limit: float | None = None, remaining: float = math.inf,
-                run_known: bool = False) -> Finding:
+                run_known: bool = False, limit_name: str | None = None) -> Finding:
     cur = stats[-1]
     seconds = None if steps_to_oom is None else steps_to_oom * cur.seconds_per_step
     msg = (
@@ -167,7 +168,8 @@ def worker_leak(origin: Origin, metric: str, stats: list[EpochStats], slope: flo
         "resident memory grows with it: each worker accumulates its own state (a per-worker "
         "cache in the Dataset, growing lists in __getitem__), which copy-on-write does not "
         "explain."
-    ) + forecast_words(limit, steps_to_oom, seconds, severity, remaining, run_known)
+    ) + forecast_words(limit, steps_to_oom, seconds, severity, remaining, run_known,
+                       limit_name)
     return origin.finding(
         kind="leak", metric=metric, severity=severity, message=msg, bytes_per_step=slope,
         steps_to_oom=steps_to_oom, seconds_to_oom=seconds,

@@ -1,0 +1,135 @@
+"""Host growth that no live Python object explains: native memory, or the allocator keeping freed
+memory? The C allocator's own figures decide (glibc ``mallinfo2``, read in the background as
+``host.malloc_in_use`` and ``host.malloc_free``: :mod:`memwatch.probes.malloc`).
+
+Called by :mod:`.leak` when a host leak verdict's census explains too little of the growth:
+
+* **native memory** — the allocator's in-use bytes grew with RSS (at least half of it): memory
+  handed out and not freed, by code no census sees (a C/C++ extension, a compiled or traced
+  module registry, an autograd graph kept by a C++ reference cycle, a library's own cache). A
+  ``leak`` (``evidence["pattern"] == "native_memory"``), severity by consequence.
+* **allocator retention** — in-use bytes stayed flat while RSS grew: the allocator keeps freed
+  memory (glibc arenas fragment under many threads and mixed sizes). ``allocator_retention``,
+  with the allocator's figures as evidence, and allocator advice.
+* **no evidence** — where ``mallinfo2`` does not exist (musl, macOS, glibc before 2.33) the two
+  cannot be told apart: a ``leak`` (pattern ``unexplained``) that says so, with no allocator
+  advice, and ``tracemalloc=True`` suggested (it settles whether Python allocations grow).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from memwatch.analysis.culprits.evidence import Attribution
+from memwatch.analysis.rules.words import forecast_words, where
+from memwatch.analysis.stats.shapes import EpochStats
+from memwatch.core.findings import Finding, Origin, Severity
+from memwatch.core.units import fmt_bytes
+
+__all__ = ["IN_USE", "HeapGrowth", "heap_growth", "native_or_retention"]
+
+IN_USE = "host.malloc_in_use"
+FREE = "host.malloc_free"
+#: In-use bytes that grew by at least this share of the RSS growth: native memory.
+NATIVE_SHARE = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class HeapGrowth:
+    """The C allocator's in-use and free bytes over the stretch a host verdict judged."""
+
+    in_use: float
+    in_use_threshold: float
+    free: float | None
+
+    def native(self, rss_growth: float) -> bool:
+        return self.in_use > self.in_use_threshold and \
+            self.in_use >= NATIVE_SHARE * max(rss_growth, 0.0)
+
+
+def heap_growth(history: Mapping[str, list[EpochStats]],
+                units: list[EpochStats]) -> HeapGrowth | None:
+    """How the allocator's figures moved over ``units`` (first floor to last), with the
+    in-use series' own noise; None when they are not sampled."""
+    by_unit = {h.unit: h for h in history.get(IN_USE, [])}
+    a, b = by_unit.get(units[0].unit), by_unit.get(units[-1].unit)
+    if a is None or b is None:
+        return None
+    free_units = {h.unit: h for h in history.get(FREE, [])}
+    fa, fb = free_units.get(units[0].unit), free_units.get(units[-1].unit)
+    between = [by_unit[u.unit] for u in units if u.unit in by_unit]
+    return HeapGrowth(in_use=b.floor - a.floor,
+                      in_use_threshold=max(h.threshold for h in between),
+                      free=None if fa is None or fb is None else fb.floor - fa.floor)
+
+
+def native_or_retention(*, origin: Origin, metric: str, units: list[EpochStats], slope: float,
+                        rss_growth: float, heap: HeapGrowth | None, attribution: Attribution,
+                        limit: float | None, limit_name: str | None,
+                        steps_to_oom: float | None, seconds_to_oom: float | None,
+                        severity: Severity, remaining: float, run_known: bool) -> Finding:
+    """The finding for host growth live objects do not explain (see the module doc)."""
+    explained = (f"live tensors and Python objects explain {fmt_bytes(attribution.explained_bytes or 0)}"
+                 f" of {fmt_bytes(attribution.rss_growth_bytes or rss_growth)}")
+    forecast = forecast_words(limit, steps_to_oom, seconds_to_oom, severity, remaining,
+                              run_known, limit_name)
+    ev = {**attribution.evidence(), "limit_bytes": limit, "limit_name": limit_name,
+          "rss_growth_bytes": rss_growth}
+    if heap is not None:
+        ev.update(malloc_in_use_growth_bytes=heap.in_use, malloc_free_growth_bytes=heap.free)
+    common = dict(metric=metric, bytes_per_step=slope, steps_to_oom=steps_to_oom,
+                  seconds_to_oom=seconds_to_oom)
+    if heap is not None and heap.native(rss_growth):
+        msg = (f"{where(metric)} grows by {fmt_bytes(slope)} per step, and the C allocator's "
+               f"in-use bytes grew with it ({fmt_bytes(heap.in_use)} over the same stretch), "
+               f"but {explained}: memory is handed out and not freed by code no census sees "
+               "(a C/C++ extension, a compiled or traced module registry, an autograd graph "
+               "kept by a reference cycle through C++, a library's own cache)." + forecast)
+        return origin.finding(
+            kind="leak", severity=severity, message=msg,
+            culprit="native memory: the C allocator's in-use bytes grow, no Python object "
+                    "holds them",
+            suggestions=[
+                "Run with `MemWatch(tracemalloc=True)` for an epoch or two: if traced Python "
+                "allocations grow as much, a line of Python allocates it and memwatch names "
+                "it; if not, the growth is native.",
+                "Look for code that creates things every step and keeps them in C++: "
+                "`torch.jit.trace`/`torch.compile` on new shapes or new functions (each "
+                "compiles and caches), new CUDA streams or handles, C extensions' caches.",
+                "Autograd graphs kept alive by a cycle through C++ (a tensor hook or a "
+                "custom Function that stores the tensor it is attached to): break the cycle, "
+                "store `.detach()`.",
+            ],
+            evidence={"pattern": "native_memory", **ev}, **common)
+    if heap is not None:
+        free = (f"; its free bytes grew by {fmt_bytes(heap.free)}" if heap.free is not None and
+                heap.free > 0 else "")
+        msg = (f"{where(metric)} grows by {fmt_bytes(slope)} per step, but the C allocator's "
+               f"in-use bytes did not ({fmt_bytes(heap.in_use)} over the same stretch{free}) "
+               f"and {explained}: the allocator keeps memory that was freed (glibc arenas "
+               "fragment under many threads and mixed allocation sizes); no code of yours "
+               "holds it." + forecast)
+        return origin.finding(
+            kind="allocator_retention", severity=severity, message=msg,
+            suggestions=[
+                "Limit glibc arenas: `MALLOC_ARENA_MAX=2` in the environment.",
+                "Return free memory to the OS at epoch ends: "
+                "`ctypes.CDLL('libc.so.6').malloc_trim(0)`.",
+                "Use jemalloc or tcmalloc (`LD_PRELOAD=libjemalloc.so.2`), which fragment "
+                "less.",
+            ],
+            evidence={"pattern": "allocator_retention", **ev}, **common)
+    msg = (f"{where(metric)} grows by {fmt_bytes(slope)} per step and {explained}. Without the "
+           "C allocator's figures (glibc's mallinfo2 is not available here) memwatch cannot "
+           "tell memory held by native code from freed memory the allocator keeps." + forecast)
+    return origin.finding(
+        kind="leak", severity=severity, message=msg,
+        culprit="memory outside Python objects: native code or the allocator (undecided)",
+        suggestions=[
+            "Run with `MemWatch(tracemalloc=True)` for an epoch or two: if traced Python "
+            "allocations grow as much, memwatch names the line that allocates them.",
+            "Look for native caches that grow every step: `torch.jit`/`torch.compile` on new "
+            "shapes, C extensions, new CUDA streams or handles.",
+        ],
+        evidence={"pattern": "unexplained", **ev}, **common)
