@@ -20,7 +20,7 @@ from memwatch.core.findings import Finding, Origin
 from memwatch.core.protocols import CheckReport, SessionView
 from memwatch.runtime.dispatch import SinkSet
 from memwatch.runtime.schedule import Schedule
-from memwatch.runtime.warn import WARN_SEVERITIES, FindingWarner
+from memwatch.runtime.warn import FindingWarner
 from memwatch.session.checkpoint import MAX_FINDINGS
 from memwatch.session.config import WatchConfig
 from memwatch.timeline import EpochSummary
@@ -131,7 +131,8 @@ class Checks:
 
     def _interval_check(self, aligned: bool) -> list[Finding]:
         """A check inside the epoch: judge the segment since the previous check (and the epoch
-        so far, once an epoch ended); warn about what it finds (``step()`` returns nothing)."""
+        so far, once an epoch ended); :meth:`_check` warns about what it finds (``step()``
+        returns nothing)."""
         tl = self.timeline
         if tl is None or self.analyzer is None or "analyzer" in self.disabled:
             return []
@@ -143,12 +144,7 @@ class Checks:
             return []
         if summary is None:
             return []
-        new = self._check(summary, "interval", partial=partial, exchange=aligned)
-        if self.config.warn:
-            for f in new:
-                if f.severity in WARN_SEVERITIES:
-                    self._warner.warn(f, stacklevel=5)
-        return new
+        return self._check(summary, "interval", partial=partial, exchange=aligned)
 
     def _checked(self) -> None:
         """After any check: the next one is due ``check_every_n_steps`` / ``check_every_s`` from
@@ -228,6 +224,10 @@ class Checks:
                 stage=self.config.stage, epoch=summary.epoch, step=self.step_count,
                 check=origin.check or 0, at=at, findings=tuple(new), summary=summary,
                 rank_summaries=tuple(self.rank_summaries)))
+        if self.config.warn and new:
+            # Once each: inside an epoch (step() returns nothing) a threat is a MemWatchWarning;
+            # every new leak verdict, whatever its severity, at least a one-line notice.
+            self._warner.tell(new, warn=at == "interval")
         self._refresh_slow()
         self._checked()
         return new
