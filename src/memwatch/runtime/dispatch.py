@@ -8,8 +8,8 @@ once stays off for both.
 
 Every check reaches a sink through ``on_check(report)``. A sink of the older form, with
 ``on_findings(epoch, findings, summary)`` instead, still works: it gets the training checks.
-A bundle reaches every sink with the manifest committed with it (read here once, so that no
-sink opens a bundle's files to learn what the bundle holds).
+A bundle reaches every sink with the manifest committed with it and the last sample the
+recorder captured (read here once: no sink opens a bundle's files to learn what it holds).
 
 Example::
 
@@ -27,6 +27,7 @@ Example::
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -169,9 +170,19 @@ class FindingsTap:
 
 def committed_manifest(path: Path, given: Mapping[str, Any]) -> dict[str, Any]:
     """The bundle's manifest as committed (validated: every file it lists is there, at its
-    size), over ``given``; ``given`` alone when the bundle cannot be read."""
+    size), over ``given``, plus ``latest``: the last sample the recorder captured (metric ->
+    bytes or count, at the failure for an OOM), which no sink was handed through
+    ``on_metrics``. ``given`` alone when the bundle cannot be read."""
     try:
-        return {**given, **open_bundle(path).manifest}
+        bundle = open_bundle(path)
+        out = {**given, **bundle.manifest}
+        memory = bundle.read_json("memory.json") if "memory.json" in bundle.manifest["files"] \
+            else None
+        latest = memory.get("latest") if isinstance(memory, dict) else None
+        if isinstance(latest, dict):
+            out["latest"] = {str(k): float(v) for k, v in latest.items()
+                             if isinstance(v, (int, float)) and math.isfinite(v)}
+        return out
     except Exception as e:  # noqa: BLE001 - the sinks still hear of the bundle
         log.debug("memwatch: bundle %s read back without its manifest (%s)", path, e)
         return dict(given)

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import sys
 import textwrap
 import warnings
@@ -97,13 +98,14 @@ def user_stacklevel() -> int:
     return first_outside or 1
 
 
-def _holder(culprit: str | None) -> str | None:
+def _holder(culprit: str | None, room: int = _HOLDER_MAX) -> str | None:
     """The holder's name from a culprit ("Tiny.kept[3] — +150 × float32[...]" -> "Tiny.kept[3]"),
-    shortened to fit a headline."""
+    shortened to ``room`` characters from its start: a path ends with the container itself."""
     if not culprit:
         return None
-    name = culprit.split(" — ", 1)[0].strip()
-    return name if len(name) <= _HOLDER_MAX else name[:_HOLDER_MAX - 1] + "…"
+    # (a container's description, "(list, 40 tuples, +40 since the last check)", stays below)
+    name = re.sub(r" \([A-Za-z_][\w.]*, [^()]*\)", "", culprit.split(" — ", 1)[0]).strip()
+    return name if len(name) <= room else "…" + name[len(name) - room + 1:]
 
 
 def _finite(x: float | None) -> bool:
@@ -122,9 +124,12 @@ def _forecast(f: Finding) -> str:
     return ""
 
 
+_SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)\.\s+(?=[A-Z])")
+
+
 def _first_sentence(text: str) -> str:
-    head, dot, _ = text.partition(". ")
-    return head + ("." if dot else "")
+    parts = _SENTENCE_END.split(text, maxsplit=1)
+    return parts[0] + "." if len(parts) > 1 else text
 
 
 def _facts(f: Finding) -> list[str]:
@@ -139,10 +144,13 @@ def headline(f: Finding, labels: str = "") -> str:
     """One line under ~160 characters: kind, metric, holder, rate, forecast (or, for a finding
     without a rate, the first sentence of its message)."""
     text = f"memwatch{labels}: {f.kind} in {f.metric}"
-    holder = _holder(f.culprit)
+    tail = ": " + (", ".join(_facts(f)) or _first_sentence(f.message))
+    # The holder gets the room the rate and forecast leave (at least 24 characters).
+    room = max(HEADLINE_MAX - len(text) - len(tail) - len(", held by "), 24)
+    holder = _holder(f.culprit, min(room, _HOLDER_MAX))
     if holder:
         text += f", held by {holder}"
-    text += ": " + (", ".join(_facts(f)) or _first_sentence(f.message))
+    text += tail
     return text if len(text) <= HEADLINE_MAX else text[:HEADLINE_MAX - 1] + "…"
 
 

@@ -282,7 +282,7 @@ class WandbSink:
         name = f"{'memwatch-oom' if oom else 'memwatch-snapshot'}-{_safe(str(run.id))}"
         if self._world > 1:
             name += f"-rank{self._rank}"
-        peaks = self._peaks
+        peaks = _raised(self._peaks, doc.get("latest"))  # + the last sample before the failure
         meta = {
             "trigger": doc.get("trigger"), "classification": doc.get("classification"),
             "reason": doc.get("reason"), "exception_type": doc.get("exception_type"),
@@ -438,6 +438,15 @@ def _verdict(f: Finding) -> str:
     where = "" if f.stage == "train" else f" ({f.stage} loop)"
     text = f"{f.severity}: {f.kind} in {f.metric}{where}"
     return text + ", not a threat to this run" if f.severity == "info" else text
+
+
+def _raised(peaks: Mapping[str, float], latest: Any) -> dict[str, float]:
+    """Peaks seen by the sink, raised by the bundle's last sample (``manifest["latest"]``)."""
+    out = dict(peaks)
+    for k, v in (latest.items() if isinstance(latest, Mapping) else ()):
+        if isinstance(v, (int, float)) and math.isfinite(v) and not is_count(k):
+            out[k] = max(float(v), out.get(k, -math.inf))
+    return out
 
 
 def _safe(text: str) -> str:
