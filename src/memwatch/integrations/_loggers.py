@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from memwatch.core.errors import ConfigError
-from memwatch.core.findings import Finding
 from memwatch.core.metrics import (
     FINDING_COLUMNS,
     PREFIX,
@@ -82,9 +81,6 @@ class LoggerSink:
             metrics = to_log_metrics(sample)
             if metrics:
                 self.write(metrics, step)
-
-    def on_findings(self, epoch: int, findings: Sequence[Finding], summary: Any) -> None:
-        """Superseded by :meth:`on_check` (which also hears about evaluation loops)."""
 
     def on_check(self, report: CheckReport) -> None:
         row = check_metrics(report, self.train)
