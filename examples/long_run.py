@@ -50,7 +50,9 @@ def report(name: str, findings: list[memwatch.Finding], caught: list[Any]) -> No
             print(f"  held by: {f.culprit}")
     for w in caught:
         if issubclass(w.category, MemWatchWarning):
-            print(f"  warning: {str(w.message)[:160]}...")
+            # The warning's first line says it all (kind, metric, holder, rate, forecast).
+            print(f"  warning: {str(w.message).splitlines()[0]}")
+            print(f"    (at {Path(w.filename).name}:{w.lineno})")
     print()
 
 

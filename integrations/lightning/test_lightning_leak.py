@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,25 @@ def test_planted_leak_reported_by_the_second_epoch_after_it_starts(tmp_path: Pat
     assert max(column(rows, "memwatch/findings/leak")) >= 1
     assert any(k.startswith("memwatch/findings/leak.") and k.endswith("_mib_per_step")
                for k in rows[0])
+
+
+def test_a_leak_that_is_no_threat_prints_one_line(tmp_path: Path,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    # The same planted leak, judged against the fit's real length (144 steps): no threat
+    # (info), so no MemWatchWarning (pytest would turn it into an error), but one line.
+    cb = MemWatchCallback(workers=False)
+    model = Regressor(leak_from_epoch=1)
+    trainer = make_trainer(tmp_path, [cb], max_epochs=3, log_every_n_steps=8)
+    with caplog.at_level(logging.WARNING, logger="memwatch"):
+        trainer.fit(model, loader(48), loader(4))
+    leaks = [f for f in cb.findings if f.kind == "leak"]
+    assert leaks and {f.severity for f in leaks} == {"info"}, [f.to_dict() for f in leaks]
+    lines = [r.getMessage() for r in caplog.records if "leak in" in r.getMessage()]
+    assert len(lines) == 1, lines
+    line = lines[0]
+    assert "\n" not in line and line.startswith("memwatch: leak in ")
+    assert "held by " in line and "history" in line and "/step" in line
+    assert "not a threat to this run" in line and ". Fix: " in line
+    # Lightning's progress bar shows none of memwatch's keys; its loggers get them all.
+    assert not [k for k in trainer.progress_bar_metrics if k.startswith("memwatch")]
+    assert "memwatch/host.rss_gib" in read_metrics(trainer)[0]

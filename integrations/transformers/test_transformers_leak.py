@@ -3,6 +3,7 @@ the same run without the bug is quiet."""
 
 from __future__ import annotations
 
+import logging
 import warnings
 from pathlib import Path
 
@@ -62,3 +63,25 @@ def test_clean_run_is_quiet(tmp_path: Path) -> None:
               if "memwatch/findings/count" in r]
     assert len(counts) == 3
     assert any("memwatch/val/host.rss_gib" in r for r in trainer.state.log_history)
+
+
+def test_a_leak_that_is_no_threat_prints_one_line(tmp_path: Path,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    # The same planted leak, judged against the run's real length (120 steps): the limit is
+    # tens of thousands of steps away, so it is no threat (info), and no MemWatchWarning (pytest
+    # turns one into an error) -- but the user still hears of it, once.
+    cb = MemWatchCallback(workers=False)
+    trainer = LeakyTrainer(tiny_bert(hidden_states=True), make_args(tmp_path),
+                           train_dataset=Tokens(8 * STEPS), callbacks=[cb], leak_from_epoch=1)
+    with caplog.at_level(logging.WARNING, logger="memwatch"):
+        trainer.train()
+    leaks = [f for f in cb.findings if f.kind == "leak"]
+    assert leaks and {f.severity for f in leaks} == {"info"}, [f.to_dict() for f in leaks]
+    lines = [r.getMessage() for r in caplog.records if "leak in" in r.getMessage()]
+    assert len(lines) == 1, lines
+    line = lines[0]
+    assert "\n" not in line and line.startswith("memwatch: leak in host.")
+    # holder, rate, forecast, the fix
+    assert "held by " in line and "kept_outputs" in line and "/step" in line, \
+        [f.culprit for f in leaks]
+    assert "not a threat to this run" in line and ". Fix: " in line

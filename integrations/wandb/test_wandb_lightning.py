@@ -69,6 +69,32 @@ def test_planted_leak_reaches_every_panel(tmp_path: Path) -> None:
     assert list(run_dir.glob("files/media/html/memwatch/report_*.html"))
 
 
+@pytest.mark.slow  # a real framework run over several epochs
+def test_a_leak_that_is_no_threat_is_named_in_the_summary(tmp_path: Path) -> None:
+    # The planted leak judged against the fit's real length: no threat (info), no warning; the
+    # run's summary still names it and the end-of-run report reaches the run.
+    from lightning.pytorch.loggers import WandbLogger
+
+    logger = WandbLogger(project="memwatch-test", save_dir=str(tmp_path), offline=True)
+    cb = MemWatchCallback(workers=False)
+    trainer = make_trainer(tmp_path, [cb], max_epochs=4, logger=logger, log_every_n_steps=8,
+                           limit_val_batches=0)
+    trainer.fit(Regressor(leak_from_epoch=1), loader(48))  # (a warning would fail the test)
+    run_dir = Path(logger.experiment.dir).parent
+    wandb.finish()
+    data = read_offline_run(run_dir)
+    leaks = [f for f in cb.findings if f.kind == "leak"]
+    assert leaks and {f.severity for f in leaks} == {"info"}, [f.to_dict() for f in leaks]
+    table = data.tables("memwatch/findings_table")[-1]
+    rows = [dict(zip(table["columns"], r, strict=True)) for r in table["data"]]
+    assert [r["severity"] for r in rows if r["kind"] == "leak"] == ["info"] * len(leaks)
+    metric = leaks[-1].metric
+    assert data.summary["memwatch/verdict"] == f"info: leak in {metric}, not a threat to this run"
+    snaps = [a for a in data.artifacts if a["type"] == "memory-snapshot"]
+    assert len(snaps) == 1 and "report.html" in snaps[0]["files"], data.artifacts
+    assert list(run_dir.glob("files/media/html/memwatch/report_*.html"))
+
+
 class OomAt(Regressor):
     """Allocates past the FakeDevice's capacity at step ``at`` (a device OOM, as on a GPU)."""
 
@@ -121,9 +147,9 @@ def test_user_sinks_see_training_only_and_close_once(tmp_path: Path) -> None:
     assert [s for s, _ in sink.metrics] == list(range(4, 33, 4))  # the trainer's cadence
     assert [e for e, _, _ in sink.epochs] == [0, 1]  # training epochs, never validation's
     assert sink.closed
-    # Evaluation timelines share the fan-out, but a sink without on_check hears of training
-    # checks only: nothing of validation reached this one.
-    assert cb.eval_memwatch["val"].checks == 2 and all(f.stage == "train" for f in sink.findings)
+    # Evaluation timelines share the fan-out: their checks reach the sink's on_check too.
+    assert cb.eval_memwatch["val"].checks == 2
+    assert [r.stage for r in sink.reports] == ["val", "train", "val", "train"]
 
 
 def test_wandb_sink_false_leaves_the_logger_to_the_callback(tmp_path: Path) -> None:

@@ -175,3 +175,73 @@ def test_export_csv_and_json(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("out/.*part"))  # atomic: no temporary left
     with pytest.raises(ConfigError, match="timeline"):
         to_csv(memwatch.MemWatch(device="cpu", out_dir=str(tmp_path)), tmp_path / "x.csv")
+
+
+class OlderForm:
+    """A third-party sink written for the older protocol: on_findings, no on_check."""
+
+    def __init__(self) -> None:
+        self.epochs: list[tuple[int, int]] = []
+
+    def on_metrics(self, step: int, sample: Any) -> None: ...
+
+    def on_findings(self, epoch: int, findings: Any, summary: Any) -> None:
+        self.epochs.append((epoch, summary.end_step))
+
+    def on_bundle(self, path: Any, manifest: Any) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def test_every_check_reaches_every_built_in_sink(tmp_path: Path) -> None:
+    # One fan-out shared by a training session (an epoch end and checks inside the epoch) and an
+    # evaluation session, as the framework adapters share it.
+    from memwatch.runtime.dispatch import SinkSet
+
+    mem, older = MemorySink(), OlderForm()
+    jsonl = JsonlSink(tmp_path / "events.jsonl")
+    sinks = SinkSet([mem, jsonl, older])
+    cfg = memwatch.WatchConfig(device="cpu", workers=False, out_dir=str(tmp_path / "mw"),
+                               sinks=sinks, check_every_n_steps=20, check_every_s=None,
+                               recorder=False, census="never")
+    train = memwatch.MemWatch.from_config(cfg).start()
+    val = memwatch.MemWatch.from_config(cfg.for_evaluation("val")).start()
+    for _ in range(50):
+        train.step()
+    train.end_epoch()
+    for _ in range(5):
+        val.step()
+    val.end_epoch()
+    val.close()
+    train.close()
+    sinks.close()
+    seen = [(r.stage, r.at, r.step) for r in mem.reports]
+    assert seen == [("train", "interval", 20), ("train", "interval", 40),
+                    ("train", "epoch_end", 50), ("val", "epoch_end", 5)], seen
+    events = [e for e in read_events(tmp_path / "events.jsonl") if e["event"] == "findings"]
+    assert [(e["stage"], e["at"], e["step"]) for e in events] == seen
+    # The older form still works, for training checks only.
+    assert older.epochs == [(0, 20), (0, 40), (0, 50)]
+    assert [e for e, _, _ in mem.epochs] == [0, 0, 0] and not sinks.disabled
+
+
+def test_a_sink_needs_a_check_method(tmp_path: Path) -> None:
+    class NoChecks:
+        def on_metrics(self, step: int, sample: Any) -> None: ...
+        def on_bundle(self, path: Any, manifest: Any) -> None: ...
+        def close(self) -> None: ...
+
+    with pytest.raises(ConfigError, match="missing on_check"):
+        memwatch.MemWatch(device="cpu", out_dir=str(tmp_path), sinks=[NoChecks()])
+    assert isinstance(MemorySink(), Sink) and not isinstance(OlderForm(), Sink)
+
+
+def test_sinks_get_the_committed_manifest(tmp_path: Path) -> None:
+    sink = MemorySink()
+    with memwatch.watch(device="cpu", workers=False, out_dir=str(tmp_path), sinks=[sink]) as mw:
+        mw.step()
+        path = mw.dump("look")
+    assert path is not None
+    got = dict(sink.bundles)[path]
+    # What the recorder committed, not the dict it started from: every file is listed.
+    assert got["complete"] is True and "report.html" in got["files"], got

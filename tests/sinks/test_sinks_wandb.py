@@ -253,3 +253,25 @@ def test_bundle_files_outside_the_manifest_are_not_uploaded(tmp_path: Path) -> N
     arts = [a for a in data.artifacts if a["type"] == "memory-snapshot"]
     assert len(arts) == 2 and all("secrets.env" not in a["files"] for a in arts)
     assert sys.modules.get("wandb") is wandb
+
+
+def test_a_leak_that_is_no_threat_is_not_ok(tmp_path: Path) -> None:
+    # The same planted leak in a run planned for 300 steps: the limit is thousands of steps
+    # away, so the leak is no threat (info), but it is still a leak: the summary names it and
+    # the end-of-run report reaches the run.
+    run = wandb.init(project="memwatch-test")
+    sink = WandbSink()
+    mw = leak_run(tmp_path, [sink], epochs=3, steps=100, every=25, total_steps=300)
+    leaks = [f for f in mw.findings if f.kind == "leak"]
+    assert leaks and {f.severity for f in leaks} == {"info"}
+    data = finish(run)
+    assert data.summary["memwatch/verdict"] == \
+        "info: leak in device.allocated, not a threat to this run"
+    assert data.summary["memwatch/verdict_kinds"] == ["leak:device.allocated"]
+    assert "memwatch/worst_steps_to_oom" not in data.summary  # no threat: no "worst" forecast
+    rows = data.tables("memwatch/findings_table")[-1]["data"]
+    assert [r[2:5] for r in rows if r[2] == "leak"] == [["leak", "device.allocated", "info"]] * \
+        len(leaks)
+    snap = [a for a in data.artifacts if a["type"] == "memory-snapshot"]
+    assert len(snap) == 1 and "report.html" in snap[0]["files"], data.artifacts
+    assert list(data.path.glob("files/media/html/memwatch/report_*.html"))

@@ -47,26 +47,45 @@ class CheckReport:
 class Sink(Protocol):
     """Where memwatch's samples, findings and bundles go (W&B, Prometheus, a JSONL file...).
 
-    Required: the four methods below. Optional, called when a sink has them:
-    ``on_check(report: CheckReport)`` instead of ``on_findings`` (it then also hears about
-    evaluation loops; ``on_findings`` is called for training checks only), and
-    ``on_log(metrics, step)`` for logger-ready keys an integration reports outside checks
-    (a recovered OOM, the bundle of a run that died). A sink that sets
+    Required: the four methods below; every check (training and evaluation loops, epoch ends
+    and checks inside epochs) reaches :meth:`on_check` as one :class:`CheckReport`. Optional,
+    called when a sink has them: ``on_log(metrics, step)`` for logger-ready keys an integration
+    reports outside checks (a recovered OOM, the bundle of a run that died). A sink that sets
     ``wants_final_bundle = True`` gets an end-of-run bundle (report and snapshot); its
     ``sink_name``, if any, names it in warnings.
+
+    The older form, ``on_findings(epoch, findings, summary)`` instead of ``on_check``, still
+    works (see :class:`FindingsSink`): such a sink hears about training checks only.
     """
 
     def on_metrics(self, step: int, sample: Mapping[str, float]) -> None:
         """The latest sample, every ``log_every_n_steps`` steps."""
 
-    def on_findings(self, epoch: int, findings: Sequence[Finding], summary: Any) -> None:
-        """A training check ran: its new findings (maybe none) and its ``EpochSummary``."""
+    def on_check(self, report: CheckReport) -> None:
+        """A check ran: its stage, epoch, step, new findings (maybe none) and the summary
+        judged."""
 
     def on_bundle(self, path: Path, manifest: Mapping[str, Any]) -> None:
-        """The flight recorder wrote a (redacted) bundle at ``path``."""
+        """The flight recorder wrote a (redacted) bundle at ``path``; ``manifest`` is the one
+        committed with it (its ``files`` list every file of the bundle)."""
 
     def close(self) -> None:
         """The session closes; flush and release. Called once."""
+
+
+@runtime_checkable
+class FindingsSink(Protocol):
+    """The older sink form, still accepted: ``on_findings`` instead of ``on_check``, called for
+    training checks only (evaluation loops never reach it)."""
+
+    def on_metrics(self, step: int, sample: Mapping[str, float]) -> None: ...
+
+    def on_findings(self, epoch: int, findings: Sequence[Finding], summary: Any) -> None:
+        """A training check ran: its new findings (maybe none) and its ``EpochSummary``."""
+
+    def on_bundle(self, path: Path, manifest: Mapping[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class SessionView(Protocol):

@@ -39,7 +39,7 @@ from memwatch.integrations._state import (
 )
 from memwatch.runtime.dispatch import FindingsTap, SinkSet
 from memwatch.runtime.resume import plain
-from memwatch.runtime.warn import WARN_SEVERITIES, FindingWarner
+from memwatch.runtime.warn import FindingWarner, user_stacklevel
 from memwatch.session import MemWatch, WatchConfig
 from memwatch.session.options import check_names
 
@@ -65,7 +65,8 @@ class Driver:
         given: a :class:`memwatch.MemWatch` the user passed (then ``options`` must be empty); it
             drives the first training run, later runs get a new session with its options.
         options: :class:`memwatch.MemWatch` options, validated now.
-        warn: warn once per new finding of severity warning or critical.
+        warn: warn once per new finding of severity warning or critical (without it, a new leak
+            still gets its one-line notice).
         watch_eval: watch evaluation loops in sessions of their own.
         graceful_stop: the watchdog may stop the run (the adapter saves a checkpoint and stops);
             adds the stop actions to a watchdog the user did not configure.
@@ -222,7 +223,7 @@ class Driver:
         self.stop_reason = (mw.stop_reason if mw is not None else None) or \
             "another rank's memwatch asked the job to stop"
         warnings.warn(f"memwatch: stopping training ({self.stop_reason}); {what}",
-                      MemWatchWarning, stacklevel=3)
+                      MemWatchWarning, stacklevel=user_stacklevel())
 
     # ------------------------------------------------------------------ checks
     def end_epoch(self, stage: str = "train") -> list[Finding]:
@@ -241,21 +242,15 @@ class Driver:
         new = [f for _, f in fresh]
         self.findings.extend(new)
         del self.findings[:-_MAX_FINDINGS]  # bounded, like the session's own list
-        # A session that warns itself (one the user passed) said its interval findings already.
-        said = self.memwatch is not None and bool(self.memwatch.config.warn)
-        if self.warn:
-            for at, f in fresh:
-                # Info findings (a warm-up that levelled off) are logged, not warned about: a
-                # clean run stays silent.
-                if f.severity in WARN_SEVERITIES and not (said and at == "interval"):
-                    self._warn(f)
+        # Threats are warned about (warn=True); every new leak, whatever its severity, reaches
+        # the console once (runtime/warn.py); other info findings stay silent, so a clean run
+        # is quiet. A session the user passed, which warns itself, said its own already.
+        for f in new:
+            labels = f" [rank {self.rank}]" if self.world_size > 1 else ""
+            if f.stage != "train":
+                labels += f" [{self.stage_labels.get(f.stage, f.stage)}]"
+            self.warner.tell([f], labels, warn=self.warn)
         return new
-
-    def _warn(self, f: Finding) -> None:
-        labels = f" [rank {self.rank}]" if self.world_size > 1 else ""
-        if f.stage != "train":
-            labels += f" [{self.stage_labels.get(f.stage, f.stage)}]"
-        self.warner.warn(f, labels, stacklevel=4)
 
     def eval_start(self, stage: str) -> MemWatch | None:
         """A session of its own for an evaluation loop (kept across its runs)."""

@@ -13,12 +13,12 @@ is disabled by the :class:`memwatch.sinks.SinkSet` like any sink.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from memwatch.core.errors import ConfigError
-from memwatch.core.findings import Finding
 from memwatch.core.metrics import (
     FINDING_COLUMNS,
     PREFIX,
@@ -32,7 +32,16 @@ from memwatch.core.protocols import CheckReport
 
 log = logging.getLogger("memwatch")
 
-__all__ = ["AccelerateLog", "LightningLogger", "LoggerSink", "TrainerLog", "check_metrics"]
+#: What the HF Trainer's printed rows may show of memwatch (``MemWatchCallback(console=...)``).
+CONSOLE_CHOICES = ("one", "none", "all")
+#: The one key a printed row keeps with ``console="one"``: the first of these in the row.
+CONSOLE_KEYS = (f"{PREFIX}/device.allocated_gib", f"{PREFIX}/host.rss_gib")
+# transformers' callbacks that print the rows (matched by class name: no framework import).
+_PRINTERS = frozenset({"ProgressCallback", "PrinterCallback", "NotebookProgressCallback"})
+_QUIET = "_memwatch_quiet"
+
+__all__ = ["AccelerateLog", "CONSOLE_CHOICES", "CONSOLE_KEYS", "LightningLogger", "LoggerSink",
+           "TrainerLog", "check_metrics"]
 
 
 def check_metrics(report: CheckReport, train_keys: bool = True) -> dict[str, float]:
@@ -73,14 +82,11 @@ class LoggerSink:
             if metrics:
                 self.write(metrics, step)
 
-    def on_findings(self, epoch: int, findings: Sequence[Finding], summary: Any) -> None:
-        """Superseded by :meth:`on_check` (which also hears about evaluation loops)."""
-
     def on_check(self, report: CheckReport) -> None:
         row = check_metrics(report, self.train)
         if row:
             self.write(row, report.step)
-        if report.findings and (self.train or report.stage != "train"):
+        if report.findings and self.train:  # (else the memwatch W&B sink writes the table)
             self.write_table([finding_row(f, report.stage) for f in report.findings],
                              report.step)
 
@@ -139,15 +145,45 @@ class TrainerLog(LoggerSink):
 
     Keys written before the trainer is known wait in :attr:`pending` and ride on the trainer's
     next row (the callback adds them in ``on_log``).
+
+    ``console``: what the trainer's *printed* rows (``ProgressCallback``, ``PrinterCallback``,
+    the notebook table) show of memwatch: ``"one"`` key (the main memory level,
+    :data:`CONSOLE_KEYS`), ``"none"``, or ``"all"``; memwatch's own rows (findings, evaluation
+    summaries) are printed only with ``"all"``. ``log_history`` and the ``report_to`` loggers
+    always get every key: only what the printer is handed changes (:meth:`quiet_printers`).
     """
 
-    def __init__(self, trainer: Callable[[], Any], samples: bool) -> None:
+    def __init__(self, trainer: Callable[[], Any], samples: bool, console: str = "one") -> None:
         super().__init__(train=True)
+        if console not in CONSOLE_CHOICES:
+            raise ConfigError(f"console={console!r} is not understood; use one of "
+                              f"{CONSOLE_CHOICES} (memwatch keys in the trainer's printed rows).")
         self.trainer = trainer
         self.samples = samples  # own rows every N steps (else samples ride on the trainer's)
+        self.console = console
         self.pending: dict[str, float] = {}
         self.in_own_log = False
         self.sink_name = "trainer.log"
+
+    def quiet_printers(self, callbacks: list[Any]) -> None:
+        """Hand the trainer's printing callbacks a row without memwatch's keys (but one, with
+        ``console="one"``): their ``on_log`` is wrapped on the instance, nothing else changes,
+        and the reporting callbacks still get the whole row."""
+        for cb in callbacks:
+            names = {c.__name__ for c in type(cb).__mro__}
+            bound = getattr(cb, "on_log", None)
+            if names & _PRINTERS and callable(bound) and not getattr(bound, _QUIET, False):
+                vars(cb)["on_log"] = _printing(bound, weakref.ref(self))
+
+    def printed(self, logs: Any) -> Any:
+        """What a printing callback gets of ``logs`` (``None``: nothing to print)."""
+        if self.console == "all" or not isinstance(logs, dict):
+            return logs
+        if self.in_own_log:
+            return None  # memwatch's own rows are for the loggers
+        keep = next((k for k in CONSOLE_KEYS if k in logs), None) \
+            if self.console == "one" else None
+        return {k: v for k, v in logs.items() if not str(k).startswith(PREFIX + "/") or k == keep}
 
     def on_metrics(self, step: int, sample: Mapping[str, float]) -> None:
         if self.samples:
@@ -221,6 +257,16 @@ class AccelerateLog(LoggerSink):
             if callable(getattr(tracker, "log_table", None)):
                 tracker.log_table(f"{PREFIX}/findings_table", columns=list(FINDING_COLUMNS),
                                   data=rows, step=self._step(step))
+
+
+def _printing(on_log: Callable[..., Any], sink: weakref.ref[TrainerLog]) -> Callable[..., Any]:
+    def quiet(args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> Any:
+        log_sink = sink()
+        shown = logs if log_sink is None else log_sink.printed(logs)
+        return None if shown is None else on_log(args, state, control, logs=shown, **kwargs)
+
+    setattr(quiet, _QUIET, True)
+    return quiet
 
 
 def markdown_table(rows: list[list[Any]]) -> str:

@@ -116,7 +116,8 @@ class AccelerateHook(ad.Adapter):
             uses its own counter) or a callable returning the step (your loop's own axis; W&B
             drops rows logged at a step lower than one already logged).
         warn: emit a :class:`MemWatchWarning` once per new finding of severity ``warning`` or
-            ``critical``; ``info`` findings are only logged.
+            ``critical``; any other new leak verdict gets a one-line notice on the ``memwatch``
+            logger, other ``info`` findings are only logged.
         epochs: ``"auto"`` (an epoch ends when a prepared DataLoader is exhausted after optimizer
             steps) or ``"manual"`` (only :meth:`end_epoch` ends one).
         checkpoint: how memwatch's state (epoch summaries, step count, findings) travels with

@@ -52,7 +52,8 @@ class MemWatchCallback(Adapter, Callback):
         watch_eval: sample validation and test loops too, each in its own timeline (a leak in
             evaluation shows in its own series and findings, never mixed with training's).
         warn: emit a :class:`MemWatchWarning` once per new finding of severity ``warning`` or
-            ``critical`` (once per stage, kind and metric); ``info`` findings are only logged.
+            ``critical`` (once per stage, kind and metric); any other new leak verdict gets a
+            one-line notice on the ``memwatch`` logger, other ``info`` findings are only logged.
         graceful_stop: when memwatch's watchdog says to stop (``mw.should_stop``: an OOM is
             forecast within its horizon, or usage is critical), save a checkpoint and set
             ``trainer.should_stop``. Off by default. Unless you pass your own ``watchdog=...``

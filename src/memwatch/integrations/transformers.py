@@ -84,7 +84,12 @@ class MemWatchCallback(ad.Adapter, TrainerCallback):
             timeline, judged at every ``on_evaluate``/``on_predict``; keys under
             ``memwatch/val/``, findings with ``evidence["stage"] == "val"``.
         warn: emit a :class:`memwatch.MemWatchWarning` once per new finding of severity
-            ``warning`` or ``critical``; ``info`` findings are only logged.
+            ``warning`` or ``critical``; other new leak verdicts get a one-line notice on the
+            ``memwatch`` logger, other ``info`` findings are only logged.
+        console: what the trainer's printed rows (progress bar, ``PrinterCallback``) show of
+            memwatch: ``"one"`` key (default: ``memwatch/device.allocated_gib``, else
+            ``memwatch/host.rss_gib``), ``"none"`` or ``"all"``. ``log_history`` and every
+            ``report_to`` logger get every key whatever this says.
         graceful_stop: when the watchdog says to stop (``mw.should_stop``), set
             ``control.should_save`` and ``control.should_training_stop`` (the trainer saves a
             checkpoint and ends cleanly). Off by default; unless you pass ``watchdog=...``, it adds
@@ -131,8 +136,7 @@ class MemWatchCallback(ad.Adapter, TrainerCallback):
         watch_eval: bool = True,
         log_every_n_steps: int | None = None,
         recovered_oom: str = "event",
-        warn: bool = True,
-        graceful_stop: bool = False,
+        warn: bool = True, graceful_stop: bool = False, console: str = "one",
         **memwatch_options: Unpack[AdapterOptions],
     ) -> None:
         self._d = drv.Driver(
@@ -140,7 +144,7 @@ class MemWatchCallback(ad.Adapter, TrainerCallback):
             graceful_stop=graceful_stop, recovered_oom=recovered_oom,
             stage_labels={"val": "evaluation loop"},
             log_every=(log_every_n_steps, ", or None to add memwatch keys to the trainer's rows."))
-        self._log = TrainerLog(lambda: self.trainer, samples=log_every_n_steps is not None)
+        self._log = TrainerLog(lambda: self.trainer, log_every_n_steps is not None, console)
         self._d.use_loggers([self._log])
         self.trainer: Any = None
         self.train_batch_size: int | None = None
@@ -212,6 +216,7 @@ class MemWatchCallback(ad.Adapter, TrainerCallback):
             # they run. Only this callback moves; everybody else keeps their order.
             cbs.remove(self)
             cbs.insert(first, self)
+        self._log.quiet_printers(cbs)  # the printed rows: one memwatch key (console=...)
 
     def close(self) -> None:
         """Close every session this callback opened (idempotent, never raises)."""

@@ -6,6 +6,11 @@ exception from a sink disables that sink with one warning, and training goes on.
 share one ``SinkSet`` between their training and evaluation sessions, so a logger that failed
 once stays off for both.
 
+Every check reaches a sink through ``on_check(report)``. A sink of the older form, with
+``on_findings(epoch, findings, summary)`` instead, still works: it gets the training checks.
+A bundle reaches every sink with the manifest committed with it and the last sample the
+recorder captured (read here once: no sink opens a bundle's files to learn what it holds).
+
 Example::
 
     >>> import memwatch
@@ -22,19 +27,22 @@ Example::
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from memwatch.bundle.format import open_bundle
 from memwatch.core.errors import ConfigError
 from memwatch.core.findings import Finding
 from memwatch.core.protocols import CheckReport
 
 log = logging.getLogger("memwatch")
 
-__all__ = ["FindingsTap", "SinkSet", "validate_sinks"]
+__all__ = ["FindingsTap", "SinkSet", "committed_manifest", "validate_sinks"]
 
-_METHODS = ("on_metrics", "on_findings", "on_bundle", "close")
+_METHODS = ("on_metrics", "on_bundle", "close")
+_CHECK_METHODS = ("on_check", "on_findings")  # one of them: on_findings is the older form
 
 
 def validate_sinks(sinks: Iterable[Any] | None) -> list[Any]:
@@ -49,10 +57,12 @@ def validate_sinks(sinks: Iterable[Any] | None) -> list[Any]:
     out = list(sinks)
     for s in out:
         missing = [m for m in _METHODS if not callable(getattr(s, m, None))]
+        if not any(callable(getattr(s, m, None)) for m in _CHECK_METHODS):
+            missing.append("on_check")
         if missing:
             raise ConfigError(
                 f"sinks: {s!r} is not a sink (missing {', '.join(missing)}); a sink has "
-                "on_metrics, on_findings, on_bundle and close (see memwatch.sinks.Sink)."
+                "on_metrics, on_check, on_bundle and close (see memwatch.sinks.Sink)."
             )
     return out
 
@@ -95,8 +105,8 @@ class SinkSet:
         self._call("on_metrics", step, sample)
 
     def check(self, report: CheckReport) -> None:
-        """A check's report: ``on_check`` where a sink has it, else ``on_findings`` (training
-        checks only: a sink without ``on_check`` knows nothing of evaluation loops)."""
+        """A check's report, to every sink's ``on_check``; a sink of the older form gets
+        ``on_findings`` for training checks only (it knows nothing of evaluation loops)."""
         for s in self.sinks:
             if id(s) in self.disabled:
                 continue
@@ -114,11 +124,10 @@ class SinkSet:
             log.warning("memwatch: sink %s disabled after an error in %s (%s: %s); "
                         "training continues", name, method, type(e).__name__, e)
 
-    def findings(self, epoch: int, findings: list[Any], summary: Any) -> None:
-        self._call("on_findings", epoch, findings, summary)
-
     def bundle(self, path: Path, manifest: Mapping[str, Any]) -> None:
-        self._call("on_bundle", path, manifest)
+        """A committed bundle, with the manifest on disk (its ``files`` list what the bundle
+        holds, as the recorder committed it) over what the recorder passed."""
+        self._call("on_bundle", path, committed_manifest(path, manifest))
 
     def log(self, metrics: Mapping[str, float], step: int | None) -> None:
         """Logger-ready keys reported outside checks, to the sinks that take them (``on_log``)."""
@@ -154,8 +163,26 @@ class FindingsTap:
 
     def on_metrics(self, step: int, sample: Any) -> None: ...
 
-    def on_findings(self, epoch: int, findings: Any, summary: Any) -> None: ...
-
     def on_bundle(self, path: Any, manifest: Any) -> None: ...
 
     def close(self) -> None: ...
+
+
+def committed_manifest(path: Path, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The bundle's manifest as committed (validated: every file it lists is there, at its
+    size), over ``given``, plus ``latest``: the last sample the recorder captured (metric ->
+    bytes or count, at the failure for an OOM), which no sink was handed through
+    ``on_metrics``. ``given`` alone when the bundle cannot be read."""
+    try:
+        bundle = open_bundle(path)
+        out = {**given, **bundle.manifest}
+        memory = bundle.read_json("memory.json") if "memory.json" in bundle.manifest["files"] \
+            else None
+        latest = memory.get("latest") if isinstance(memory, dict) else None
+        if isinstance(latest, dict):
+            out["latest"] = {str(k): float(v) for k, v in latest.items()
+                             if isinstance(v, (int, float)) and math.isfinite(v)}
+        return out
+    except Exception as e:  # noqa: BLE001 - the sinks still hear of the bundle
+        log.debug("memwatch: bundle %s read back without its manifest (%s)", path, e)
+        return dict(given)

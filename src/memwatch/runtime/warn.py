@@ -1,7 +1,25 @@
-"""Warnings about findings: a :class:`memwatch.MemWatchWarning` once per (stage, kind, metric).
+"""Telling the user about findings on the console, once each.
 
-Used by the session for the findings of checks inside epochs (which ``step()`` cannot return)
-and by the framework adapters for every finding of severity warning or critical.
+Two channels, chosen by what a finding means for the run:
+
+* a :class:`memwatch.MemWatchWarning` for a finding of severity ``warning`` or ``critical`` (it
+  can kill this run), once per (stage, kind, metric), and once more when a later verdict names
+  the holder the first could not (the census needs two checks);
+* a **notice** for a new leak verdict that is not warned about (severity ``info``: the forecast
+  reaches no limit within the run): one line on the ``memwatch`` logger at level WARNING, once
+  per (stage, kind, metric). With no logging configured, Python prints it on stderr as it is
+  (``logging.lastResort``); ``logging.getLogger("memwatch").setLevel(logging.ERROR)`` hides it.
+  A log record, not a warning: it never turns into an exception under ``-W error`` or pytest's
+  warnings-as-errors, and severity keeps meaning "a threat to this run".
+
+Every new leak verdict therefore reaches the console exactly once, whatever its severity; other
+``info`` findings (a warm-up that levelled off) stay silent, so a clean run is quiet.
+
+The warning's first line is short (kind, metric, holder, rate, forecast; under ~160
+characters); the verdict, the holder in full and each suggestion follow on lines of their own.
+The warning points at the user's code: :func:`user_stacklevel` walks the stack to the first frame
+outside memwatch and the frameworks it plugs into (the ``step()``, ``trainer.fit(...)`` or
+``optimizer.step()`` line), whatever the call depth.
 
 Example::
 
@@ -12,34 +30,184 @@ Example::
     >>> f = Finding(kind="leak", metric="host.rss", severity="warning", message="grows.")
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
-    ...     w.warn(f)
-    ...     w.warn(f)  # said already
+    ...     w.tell([f])
+    ...     w.tell([f])  # said already
     >>> [str(c.message) for c in caught]
     ['memwatch: leak in host.rss: grows.']
+    >>> line = headline(Finding(kind="leak", metric="host.rss", severity="info", message="...",
+    ...                         bytes_per_step=262144.0, steps_to_oom=90000.0,
+    ...                         culprit="Tiny.kept — +150 × float32[65536] on cpu"))
+    >>> line[:50]
+    'memwatch: leak in host.rss, held by Tiny.kept: +25'
+    >>> line[47:]
+    '+256.0 KiB/step, not a threat to this run (the limit is ~90,000 steps away)'
 """
 
 from __future__ import annotations
 
+import logging
+import math
+import re
+import sys
+import textwrap
 import warnings
+import weakref
+from collections.abc import Iterable
+from types import FrameType
 
 from memwatch.core.errors import MemWatchWarning
 from memwatch.core.findings import Finding
+from memwatch.core.units import fmt_bytes, fmt_duration
 
-__all__ = ["WARN_SEVERITIES", "FindingWarner"]
+__all__ = ["NOTICE_KINDS", "WARN_SEVERITIES", "FindingWarner", "headline", "notice_text",
+           "user_stacklevel", "warning_text"]
 
-#: Findings at these severities are warned about; ``info`` ones are only logged and kept.
+log = logging.getLogger("memwatch")
+
+#: Findings at these severities are warned about (a :class:`MemWatchWarning`).
 WARN_SEVERITIES = ("warning", "critical")
+#: Kinds whose every new verdict reaches the console once, whatever its severity.
+NOTICE_KINDS = ("leak", "rank_leak")
+#: Packages whose frames stand between the user's call and memwatch's: a warning skips them.
+FRAMEWORKS = frozenset({"torch", "lightning", "pytorch_lightning", "lightning_fabric",
+                        "transformers", "accelerate"})
+HEADLINE_MAX = 160
+# The findings told so far by any warner of this process, weakly (an entry goes with its finding,
+# so an id is never mistaken for a later object's).
+_TOLD: weakref.WeakValueDictionary[int, Finding] = weakref.WeakValueDictionary()
+_HOLDER_MAX = 60
+_WIDTH = 100
+_INDENT = "    "
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a ``warnings.warn`` in the *caller* of this function point at
+    the user's code: the first frame outside memwatch and the training frameworks (the user's
+    ``mw.step()``, ``trainer.fit(...)``, ``optimizer.step()``), else the first frame outside
+    memwatch (a framework calling from a thread of its own). Walks the stack only when a warning
+    is about to be given, so call depth inside memwatch never matters."""
+    f: FrameType | None = sys._getframe(1)
+    level, first_outside = 1, 0
+    while f is not None:
+        package = str(f.f_globals.get("__name__", "")).partition(".")[0]
+        if package != "memwatch":
+            first_outside = first_outside or level
+            if package not in FRAMEWORKS:
+                return level
+        f, level = f.f_back, level + 1
+    return first_outside or 1
+
+
+def _holder(culprit: str | None, room: int = _HOLDER_MAX) -> str | None:
+    """The holder's name from a culprit ("Tiny.kept[3] — +150 × float32[...]" -> "Tiny.kept[3]"),
+    shortened to ``room`` characters from its start: a path ends with the container itself."""
+    if not culprit:
+        return None
+    # (a container's description, "(list, 40 tuples, +40 since the last check)", stays below)
+    name = re.sub(r" \([A-Za-z_][\w.]*, [^()]*\)", "", culprit.split(" — ", 1)[0]).strip()
+    return name if len(name) <= room else "…" + name[len(name) - room + 1:]
+
+
+def _finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
+
+
+def _forecast(f: Finding) -> str:
+    if _finite(f.steps_to_oom):
+        steps = f"~{f.steps_to_oom:,.0f} steps"
+        if f.severity == "info":
+            return f"not a threat to this run (the limit is {steps} away)"
+        when = f" ({fmt_duration(f.seconds_to_oom)})" if _finite(f.seconds_to_oom) else ""
+        return f"OOM in {steps}{when}"
+    if f.severity == "info" and f.kind in NOTICE_KINDS:
+        return "not a threat to this run"
+    return ""
+
+
+_SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)\.\s+(?=[A-Z])")
+
+
+def _first_sentence(text: str) -> str:
+    parts = _SENTENCE_END.split(text, maxsplit=1)
+    return parts[0] + "." if len(parts) > 1 else text
+
+
+def _facts(f: Finding) -> list[str]:
+    facts = [f"+{fmt_bytes(f.bytes_per_step)}/step"] if _finite(f.bytes_per_step) and \
+        f.bytes_per_step else []
+    if forecast := _forecast(f):
+        facts.append(forecast)
+    return facts
+
+
+def headline(f: Finding, labels: str = "") -> str:
+    """One line under ~160 characters: kind, metric, holder, rate, forecast (or, for a finding
+    without a rate, the first sentence of its message)."""
+    text = f"memwatch{labels}: {f.kind} in {f.metric}"
+    tail = ": " + (", ".join(_facts(f)) or _first_sentence(f.message))
+    # The holder gets the room the rate and forecast leave (at least 24 characters).
+    room = max(HEADLINE_MAX - len(text) - len(tail) - len(", held by "), 24)
+    holder = _holder(f.culprit, min(room, _HOLDER_MAX))
+    if holder:
+        text += f", held by {holder}"
+    text += tail
+    return text if len(text) <= HEADLINE_MAX else text[:HEADLINE_MAX - 1] + "…"
+
+
+def _block(text: str, first: str = "") -> list[str]:
+    return textwrap.wrap(text, _WIDTH, initial_indent=_INDENT + first,
+                         subsequent_indent=_INDENT + " " * len(first),
+                         break_on_hyphens=False) or [_INDENT + first]
+
+
+def warning_text(f: Finding, labels: str = "") -> str:
+    """The warning: the :func:`headline`, then the verdict, the holder in full and each
+    suggestion on lines of their own (wrapped at 100 columns)."""
+    lines = [headline(f, labels)]
+    # (without a rate, the headline said the verdict's first sentence already)
+    body = f.message if _facts(f) else f.message[len(_first_sentence(f.message)):].strip()
+    if body:
+        lines += _block(body)
+    if f.culprit and f.culprit not in f.message:
+        lines += _block(f.culprit, "held by: ")
+    lines += [line for s in f.suggestions for line in _block(s, "- ")]
+    return "\n".join(lines)
+
+
+def notice_text(f: Finding, labels: str = "") -> str:
+    """One line: the :func:`headline` and the first suggestion's first sentence (the fix)."""
+    text = headline(f, labels)
+    if f.suggestions:
+        text += f". Fix: {_first_sentence(f.suggestions[0])}"
+    return text
 
 
 class FindingWarner:
-    """A :class:`memwatch.MemWatchWarning` once per (stage, kind, metric), and once more when a
-    later verdict names the holder the first could not (the census needs two checks)."""
+    """Tells about each finding once: a :class:`MemWatchWarning` when it threatens the run, a
+    one-line notice for a leak that does not (see the module doc)."""
 
     def __init__(self) -> None:
-        #: (stage, kind, metric) already warned about; checkpointable as a list of lists.
+        #: What was said already: (stage, kind, metric), ``metric + "#culprit"`` once the holder
+        #: was named, ``metric + "#notice"`` for a notice. Checkpointable as a list of lists.
         self.warned: set[tuple[str, str, str]] = set()
 
-    def warn(self, f: Finding, labels: str = "", stacklevel: int = 2) -> None:
+    def tell(self, findings: Iterable[Finding], labels: str = "", *, warn: bool = True) -> None:
+        """Each new finding, on the channel its severity calls for (``warn=False``: the threats
+        too become notices, so a leak still reaches the console once). A finding that another
+        warner told already (a session the user handed to an adapter tells its own) is not
+        told again."""
+        for f in findings:
+            if _TOLD.get(id(f)) is f:
+                continue
+            if warn and f.severity in WARN_SEVERITIES:
+                self.warn(f, labels)
+            elif f.kind in NOTICE_KINDS:
+                self.notice(f, labels)
+            else:
+                continue
+            _TOLD[id(f)] = f
+
+    def warn(self, f: Finding, labels: str = "") -> None:
         key = (f.stage, f.kind, f.metric)
         named = (f.stage, f.kind, f.metric + "#culprit")
         if key in self.warned and (not f.culprit or named in self.warned):
@@ -47,9 +215,14 @@ class FindingWarner:
         self.warned.add(key)
         if f.culprit:
             self.warned.add(named)
-        text = f"memwatch{labels}: {f.kind} in {f.metric}: {f.message}"
-        if f.culprit and f.culprit not in text:
-            text += f" Held by: {f.culprit}."
-        if f.suggestions:
-            text += " Try: " + "; ".join(f.suggestions)
-        warnings.warn(text, MemWatchWarning, stacklevel=stacklevel + 1)
+        warnings.warn(warning_text(f, labels), MemWatchWarning, stacklevel=user_stacklevel())
+
+    def notice(self, f: Finding, labels: str = "") -> None:
+        key = (f.stage, f.kind, f.metric + "#notice")
+        named = (f.stage, f.kind, f.metric + "#notice#culprit")
+        if key in self.warned and (not f.culprit or named in self.warned):
+            return
+        self.warned.add(key)
+        if f.culprit:
+            self.warned.add(named)
+        log.warning("%s", notice_text(f, labels))

@@ -21,7 +21,7 @@ from memwatch.analysis.context import CheckContext
 from memwatch.core.findings import Finding, Origin
 from memwatch.core.protocols import CheckReport, SessionView
 from memwatch.runtime.dispatch import SinkSet
-from memwatch.runtime.warn import WARN_SEVERITIES, FindingWarner
+from memwatch.runtime.warn import FindingWarner
 from memwatch.session.config import WatchConfig
 from memwatch.session.runtime import Runtime
 from memwatch.session.sampling import Sampling
@@ -169,7 +169,8 @@ class Checker:
 
     def interval_check(self, aligned: bool) -> list[Finding]:
         """A check inside the epoch: judge the segment since the previous check (and the epoch
-        so far, once an epoch ended); warn about what it finds (``step()`` returns nothing)."""
+        so far, once an epoch ended); :meth:`check` warns about what it finds (``step()``
+        returns nothing)."""
         tl = self._sampling.timeline
         if tl is None or self.analyzer is None or self._disabled("analyzer"):
             return []
@@ -181,13 +182,8 @@ class Checker:
             return []
         if summary is None:
             return []
-        new = self.check(summary, "interval", self._view.epoch, partial=partial,
-                         exchange=aligned)
-        if self._config.warn:
-            for f in new:
-                if f.severity in WARN_SEVERITIES:
-                    self._warner.warn(f, stacklevel=6)
-        return new
+        return self.check(summary, "interval", self._view.epoch, partial=partial,
+                          exchange=aligned)
 
     def check(self, summary: EpochSummary | None, at: str, epoch: int,
               partial: EpochSummary | None = None, exchange: bool = True) -> list[Finding]:
@@ -201,6 +197,10 @@ class Checker:
                 stage=self._config.stage, epoch=summary.epoch, step=self._view.step_count,
                 check=self.checks - 1, at=at, findings=tuple(new), summary=summary,
                 rank_summaries=tuple(self.rank_summaries)))
+        if self._config.warn and new:
+            # Once each: inside an epoch (step() returns nothing) a threat is a MemWatchWarning;
+            # every new leak verdict, whatever its severity, at least a one-line notice.
+            self._warner.tell(new, warn=at == "interval")
         self._sampling.refresh_slow()
         self._scheduler.checked(self._view.step_count, time.monotonic())
         return new

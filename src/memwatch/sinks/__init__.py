@@ -25,12 +25,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from memwatch.sinks.base import Sink, SinkSet, validate_sinks
+from memwatch.sinks.base import CheckReport, FindingsSink, Sink, SinkSet, validate_sinks
 from memwatch.sinks.jsonl import JsonlSink
 from memwatch.sinks.memory import MemorySink
 
-__all__ = ["JsonlSink", "MemorySink", "PrometheusSink", "Sink", "SinkSet", "WandbSink",
-           "validate_sinks"]
+__all__ = ["CheckReport", "FindingsSink", "JsonlSink", "MemorySink", "PrometheusSink", "Sink",
+           "SinkSet", "WandbSink", "validate_sinks"]
 
 
 def __getattr__(name: str) -> Any:

@@ -9,7 +9,8 @@ skip a line that does not parse). Events:
 =============  ==============================================================================
 ``start``      ``time``, ``rank``, ``pid``, ``host``, ``local_rank``, ``world_size``, ``job``
 ``sample``     ``time``, ``rank``, ``step``, ``metrics`` (metric -> bytes or count; null = NaN)
-``findings``   ``time``, ``rank``, ``epoch``, ``end_step``, ``findings`` (``Finding.to_dict``)
+``findings``   ``time``, ``rank``, ``stage``, ``at``, ``epoch``, ``step``, ``check``,
+               ``end_step``, ``findings`` (``Finding.to_dict``): one per check, every loop
 ``bundle``     ``time``, ``rank``, ``path``, ``manifest``
 ``close``      ``time``, ``rank``
 =============  ==============================================================================
@@ -40,13 +41,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from memwatch.core.errors import ConfigError
-from memwatch.core.findings import Finding
 from memwatch.core.jsonable import jsonable
+from memwatch.core.protocols import CheckReport
 
 __all__ = ["JsonlSink", "read_events"]
 
@@ -120,10 +121,12 @@ class JsonlSink:
     def on_metrics(self, step: int, sample: Mapping[str, float]) -> None:
         self._write({"event": "sample", "step": int(step), "metrics": dict(sample)})
 
-    def on_findings(self, epoch: int, findings: Sequence[Finding], summary: Any) -> None:
-        self._write({"event": "findings", "epoch": int(epoch),
-                     "end_step": getattr(summary, "end_step", None),
-                     "findings": [f.to_dict() for f in findings]})
+    def on_check(self, report: CheckReport) -> None:
+        self._write({"event": "findings", "stage": report.stage, "at": report.at,
+                     "epoch": int(report.epoch), "step": int(report.step),
+                     "check": int(report.check),
+                     "end_step": getattr(report.summary, "end_step", None),
+                     "findings": [f.to_dict() for f in report.findings]})
 
     def on_bundle(self, path: Path, manifest: Mapping[str, Any]) -> None:
         self._write({"event": "bundle", "path": str(path), "manifest": dict(manifest)})

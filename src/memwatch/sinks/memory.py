@@ -14,18 +14,19 @@ Example::
     ...     _ = mw.end_epoch()
     >>> [s for s, _ in sink.metrics], sink.metrics[-1][1]["device.allocated"] / 2**20
     ([10, 20, 30], 30.0)
-    >>> len(sink.epochs), sink.closed
-    (1, True)
+    >>> len(sink.epochs), [r.at for r in sink.reports], sink.closed
+    (1, ['epoch_end'], True)
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from memwatch.core.findings import Finding
+from memwatch.core.protocols import CheckReport
 
 __all__ = ["MemorySink"]
 
@@ -35,8 +36,9 @@ class MemorySink:
 
     Attributes:
         metrics: ``(step, sample)`` pairs.
-        epochs: ``(epoch, findings, summary)`` triples.
-        findings: every finding received, flattened.
+        reports: every :class:`memwatch.sinks.CheckReport` (training and evaluation checks).
+        epochs: ``(epoch, findings, summary)`` triples of the training checks.
+        findings: every finding received, flattened (every stage).
         bundles: ``(path, manifest)`` pairs.
         closed: whether ``close()`` was called.
     """
@@ -45,6 +47,7 @@ class MemorySink:
         self.maxlen = maxlen
         self.metrics: collections.deque[tuple[int, dict[str, float]]] = collections.deque(
             maxlen=maxlen)
+        self.reports: collections.deque[CheckReport] = collections.deque(maxlen=maxlen)
         self.epochs: collections.deque[tuple[int, list[Finding], Any]] = collections.deque(
             maxlen=maxlen)
         self.findings: collections.deque[Finding] = collections.deque(maxlen=maxlen)
@@ -55,9 +58,11 @@ class MemorySink:
     def on_metrics(self, step: int, sample: Mapping[str, float]) -> None:
         self.metrics.append((step, dict(sample)))
 
-    def on_findings(self, epoch: int, findings: Sequence[Finding], summary: Any) -> None:
-        self.epochs.append((epoch, list(findings), summary))
-        self.findings.extend(findings)
+    def on_check(self, report: CheckReport) -> None:
+        self.reports.append(report)
+        if report.stage == "train":
+            self.epochs.append((report.epoch, list(report.findings), report.summary))
+        self.findings.extend(report.findings)
 
     def on_bundle(self, path: Path, manifest: Mapping[str, Any]) -> None:
         self.bundles.append((Path(path), dict(manifest)))

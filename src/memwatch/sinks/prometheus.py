@@ -12,7 +12,7 @@ series                                                     meaning
 ``memwatch_count{metric, rank}``                           latest value of a count metric
 ``memwatch_step{rank}``                                    optimizer step of that sample
 ``memwatch_epoch{rank}``                                   epochs closed so far
-``memwatch_findings_total{kind, severity, rank}``          findings so far (counter)
+``memwatch_findings_total{kind, severity, rank}``          findings so far, every loop (counter)
 ``memwatch_steps_to_oom{metric, rank}``                    latest forecast per leaking metric
 ``memwatch_bundles_total{trigger, classification, rank}``  bundles written (counter)
 =========================================================  =====================================
@@ -39,15 +39,15 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from memwatch.core.errors import ConfigError
-from memwatch.core.findings import Finding
 from memwatch.core.metrics import is_count
 from memwatch.core.optional import require
+from memwatch.core.protocols import CheckReport
 
 __all__ = ["PrometheusSink"]
 
@@ -129,9 +129,10 @@ class PrometheusSink:
             g.labels(metric=metric, rank=self.rank).set(float(value))
         self.step.labels(rank=self.rank).set(step)
 
-    def on_findings(self, epoch: int, findings: Sequence[Finding], summary: Any) -> None:
-        self.epoch.labels(rank=self.rank).set(epoch + 1)
-        for f in findings:
+    def on_check(self, report: CheckReport) -> None:
+        if report.stage == "train" and report.at == "epoch_end":
+            self.epoch.labels(rank=self.rank).set(report.epoch + 1)
+        for f in report.findings:
             self.findings.labels(kind=f.kind, severity=f.severity, rank=self.rank).inc()
             if f.steps_to_oom is not None and math.isfinite(f.steps_to_oom):
                 self.steps_to_oom.labels(metric=f.metric, rank=self.rank).set(f.steps_to_oom)

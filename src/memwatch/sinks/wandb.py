@@ -12,13 +12,19 @@ What lands in the run (every key, and what each panel shows: ``docs/wandb.md``):
 
 * per-sample series under ``memwatch/`` (one section of panels), keyed to ``memwatch/step`` (the
   optimizer step) through ``define_metric``, with ``max`` summaries for memory levels;
-* at every epoch end ``memwatch/findings/...`` counts and rates, the ``memwatch/findings_table``
-  (one row per finding, cumulative), a ``memwatch/leak/<metric>`` chart per leaking metric
-  (epoch floors, fitted trend, forecast to the limit), ``run.summary`` fields (verdict, peaks,
-  worst forecast) and, when the run is online, one ``run.alert`` per critical finding;
+* at every check (:meth:`WandbSink.on_check`: epoch ends and checks inside epochs, training and
+  evaluation loops) ``memwatch/findings/...`` counts and rates, the ``memwatch/findings_table``
+  (one row per finding of every loop, cumulative), a ``memwatch/leak/<metric>`` chart per leaking
+  metric (check floors, fitted trend, forecast to the limit), ``run.summary`` fields (verdict,
+  peaks, worst forecast) and, when the run is online, one ``run.alert`` per critical finding;
 * every flight-recorder bundle (already redacted) as an artifact of type ``memwatch-oom`` (an
   OOM) or ``memory-snapshot`` (anything else, including the end-of-run report that the sink asks
-  for when the run had warnings), plus its ``report.html`` as ``memwatch/report``.
+  for when the run had a warning or a confirmed leak), plus its ``report.html`` as
+  ``memwatch/report``.
+
+Everything shown is derived from what the sink is given: the samples (``on_metrics``), the check
+reports (their findings and the summary judged) and the bundles with their committed manifest.
+The sink never reads a bundle's files except to upload those the manifest lists.
 
 Example (an offline run; ``docs/wandb.md`` shows how to read it back)::
 
@@ -36,7 +42,6 @@ Example (an offline run; ``docs/wandb.md`` shows how to read it back)::
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import math
 import sys
@@ -54,7 +59,9 @@ from memwatch.core.metrics import (
     is_count,
     to_log_metrics,
 )
+from memwatch.core.protocols import CheckReport
 from memwatch.core.units import GIB, fmt_bytes
+from memwatch.runtime.warn import NOTICE_KINDS, warning_text
 
 __all__ = ["WandbSink", "find_run"]
 
@@ -63,7 +70,7 @@ log = logging.getLogger("memwatch")
 _OOM_CLASSES = ("cuda_oom", "host_oom", "mps_oom")
 _FINAL_CHOICES = ("findings", "always", "never")
 _MAX_TABLE_ROWS = 500
-_MAX_EPOCHS = 64  # floors kept per metric for the leak charts
+_MAX_CHECKS = 64  # floors kept per metric for the leak charts
 _SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 
 
@@ -127,8 +134,9 @@ class WandbSink:
         alerts: ``run.alert`` once per critical finding (kind, metric), online runs only.
         artifacts: upload bundles as artifacts.
         final_snapshot: when the session closes without an uploaded bundle, ask it for one
-            end-of-run bundle (HTML report, snapshot): ``"findings"`` (only after a warning or
-            critical finding; default), ``"always"`` or ``"never"``.
+            end-of-run bundle (HTML report, snapshot): ``"findings"`` (after a warning or
+            critical finding, or a confirmed leak of any severity; default), ``"always"`` or
+            ``"never"``.
     """
 
     def __init__(self, run: Any = None, *, stage: str = "train", commit: bool | None = None,
@@ -157,9 +165,11 @@ class WandbSink:
         self._world = 1
         self._defined: set[str] = set()
         self._peaks: dict[str, float] = {}
-        self._floors: dict[str, collections.deque[tuple[int, float]]] = {}
+        #: (stage, metric) -> (end step, floor) of the checks the sink was given.
+        self._floors: dict[tuple[str, str], collections.deque[tuple[int, float]]] = {}
         self._rows: collections.deque[list[Any]] = collections.deque(maxlen=_MAX_TABLE_ROWS)
-        self._worst: dict[tuple[str, str], Finding] = {}
+        #: (stage, kind, metric) -> the worst finding that counts for the verdict.
+        self._worst: dict[tuple[str, str, str], Finding] = {}
         self._n_findings = 0
         self._alerted: set[tuple[str, str]] = set()
         self._uploaded = False
@@ -224,32 +234,35 @@ class WandbSink:
             return
         self._log(run, to_log_metrics(sample, stage=self.stage, prefix=self._prefix), step)
 
-    def on_findings(self, epoch: int, findings: Sequence[Finding], summary: Any) -> None:
-        self._remember_epoch(summary)
-        for f in findings:
+    def on_check(self, report: CheckReport) -> None:
+        """A check of any loop: its findings join the table, the verdict and the alerts; the
+        counts and leak charts are logged under that loop's keys (counts only for this sink's
+        own stage: a framework logger writes the evaluation loops' counts)."""
+        self._remember(report)
+        for f in report.findings:
             self._n_findings += 1
-            key = (f.kind, f.metric)
-            if f.severity != "info":
+            if _counts(f):
+                key = (f.stage, f.kind, f.metric)
                 old = self._worst.get(key)
-                if old is None or _SEVERITY_RANK[f.severity] >= _SEVERITY_RANK[old.severity]:
+                if old is None or _rank(f) >= _rank(old):
                     self._worst[key] = f
-            self._rows.append(finding_row(f, str(f.evidence.get("stage", self.stage))))
+            self._rows.append(finding_row(f, f.stage))
         run = self._get_run()
         if run is None:
             return
         wandb = sys.modules["wandb"]
-        step = int(getattr(summary, "end_step", 0) or 0)
+        findings, step = report.findings, int(report.step)
         data: dict[str, Any] = {}
-        head = self._head()
-        if self.series:
+        head = self._head(report.stage)
+        if self.series and report.stage == self.stage:
             data.update(findings_metrics(findings, stage=self.stage, prefix=self._prefix))
         if findings and self.series:
-            data[f"{head}/findings_table"] = wandb.Table(columns=list(FINDING_COLUMNS),
-                                                         data=[list(r) for r in self._rows])
+            data[f"{self._head()}/findings_table"] = wandb.Table(
+                columns=list(FINDING_COLUMNS), data=[list(r) for r in self._rows])
         if self.charts:
             for f in findings:
                 if f.kind == "leak" and f.bytes_per_step:
-                    chart = self._leak_chart(wandb, f, step)
+                    chart = self._leak_chart(wandb, f)
                     if chart is not None:
                         data[f"{head}/leak/{f.metric}"] = chart
         if data:
@@ -262,15 +275,14 @@ class WandbSink:
         if run is None or not self.artifacts:
             return
         wandb = sys.modules["wandb"]
-        path = Path(path)
-        doc = _committed_manifest(path, manifest)
+        path, doc = Path(path), manifest  # the manifest committed with the bundle (SinkSet)
         cls = str(doc.get("classification") or "")
         oom = cls in _OOM_CLASSES
         kind = "memwatch-oom" if oom else "memory-snapshot"
         name = f"{'memwatch-oom' if oom else 'memwatch-snapshot'}-{_safe(str(run.id))}"
         if self._world > 1:
             name += f"-rank{self._rank}"
-        peaks = _with_bundle_latest(self._peaks, path)
+        peaks = _raised(self._peaks, doc.get("latest"))  # + the last sample before the failure
         meta = {
             "trigger": doc.get("trigger"), "classification": doc.get("classification"),
             "reason": doc.get("reason"), "exception_type": doc.get("exception_type"),
@@ -310,7 +322,7 @@ class WandbSink:
             return False
         if self._get_run() is None:
             return False
-        return self.final_snapshot == "always" or bool(self._worst)
+        return self.final_snapshot == "always" or bool(self._worst)  # warnings, and leaks
 
     def close(self) -> None:
         # The run is the user's: it is not finished here, only no longer written to.
@@ -320,10 +332,14 @@ class WandbSink:
             run.summary.update(self._summary_fields())
 
     # ------------------------------------------------------------------ content
-    def _head(self) -> str:
-        return self._prefix if self.stage == "train" else f"{self._prefix}/{self.stage}"
+    def _head(self, stage: str | None = None) -> str:
+        stage = stage or self.stage
+        return self._prefix if stage == "train" else f"{self._prefix}/{stage}"
 
-    def _remember_epoch(self, summary: Any) -> None:
+    def _remember(self, report: CheckReport) -> None:
+        """The judged summary's floors (for the leak charts) and, for this sink's stage, its
+        peaks."""
+        summary = report.summary
         if summary is None:
             return
         end = int(summary.end_step)
@@ -331,14 +347,16 @@ class WandbSink:
             if is_count(k):
                 continue
             floor, peak = float(summary.floor[i]), float(summary.peak[i])
-            if not math.isnan(peak) and peak > self._peaks.get(k, -math.inf):
+            if report.stage == self.stage and not math.isnan(peak) and \
+                    peak > self._peaks.get(k, -math.inf):
                 self._peaks[k] = peak
             if not math.isnan(floor):
-                dq = self._floors.setdefault(k, collections.deque(maxlen=_MAX_EPOCHS))
+                dq = self._floors.setdefault((report.stage, k),
+                                             collections.deque(maxlen=_MAX_CHECKS))
                 dq.append((end, floor))
 
-    def _leak_chart(self, wandb: Any, f: Finding, step: int) -> Any:
-        floors = list(self._floors.get(f.metric, ()))
+    def _leak_chart(self, wandb: Any, f: Finding) -> Any:
+        floors = list(self._floors.get((f.stage, f.metric), ()))
         if not floors or not f.bytes_per_step:
             return None
         xs_f = [float(s) for s, _ in floors]
@@ -371,14 +389,13 @@ class WandbSink:
         head = self._head()
         out: dict[str, Any] = {f"{head}/findings_total": self._n_findings}
         worst = sorted(self._worst.values(),
-                       key=lambda f: (-_SEVERITY_RANK[f.severity], f.steps_to_oom or math.inf))
+                       key=lambda f: (-_rank(f), f.steps_to_oom or math.inf))
         if worst:
-            w = worst[0]
-            out[f"{head}/verdict"] = f"{w.severity}: {w.kind} in {w.metric}"
+            out[f"{head}/verdict"] = _verdict(worst[0])
             out[f"{head}/verdict_kinds"] = sorted({f"{f.kind}:{f.metric}" for f in worst})
         else:
             out[f"{head}/verdict"] = "ok"
-        forecasts = [f for f in worst if f.steps_to_oom is not None
+        forecasts = [f for f in worst if f.severity != "info" and f.steps_to_oom is not None
                      and math.isfinite(f.steps_to_oom)]
         if forecasts:
             f = min(forecasts, key=lambda x: float(x.steps_to_oom or math.inf))
@@ -398,42 +415,39 @@ class WandbSink:
             if f.severity != "critical" or key in self._alerted:
                 continue
             self._alerted.add(key)
-            text = f.message
-            if f.culprit and f.culprit not in text:
-                text += f" Held by: {f.culprit}."
-            if f.suggestions:
-                text += " Try: " + "; ".join(f.suggestions)
+            text = warning_text(f)  # the console warning's text: verdict, holder, each fix
             where = f" [rank {self._rank}]" if self._world > 1 else ""
             title = f"memwatch{where}: {f.kind} in {f.metric}"[:63]
             run.alert(title=title, text=text, level="ERROR")
             self.alerts_sent.append(title)
 
 
-def _safe(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "-" for c in text)
+def _counts(f: Finding) -> bool:
+    """Does the finding count for the run's verdict: a threat to the run, or a leak of any
+    severity (a confirmed leak that will not kill this run is still not "ok")."""
+    return f.severity != "info" or f.kind in NOTICE_KINDS
 
 
-def _committed_manifest(path: Path, given: Mapping[str, Any]) -> dict[str, Any]:
-    """The bundle's manifest.json as committed (it lists the files), else what we were given."""
-    try:
-        with open(path / "manifest.json", encoding="utf-8") as f:
-            doc = json.load(f)
-        if isinstance(doc, dict):
-            return doc
-    except (OSError, ValueError):
-        log.debug("memwatch: no readable manifest in %s", path)
-    return dict(given)
+def _rank(f: Finding) -> int:
+    return _SEVERITY_RANK[f.severity]
 
 
-def _with_bundle_latest(peaks: Mapping[str, float], path: Path) -> dict[str, float]:
-    """Peaks seen by the sink, raised by the bundle's last sample (taken at the failure)."""
+def _verdict(f: Finding) -> str:
+    """``"warning: leak in device.allocated"``; a leak that is no threat says so:
+    ``"info: leak in host.rss, not a threat to this run"``."""
+    where = "" if f.stage == "train" else f" ({f.stage} loop)"
+    text = f"{f.severity}: {f.kind} in {f.metric}{where}"
+    return text + ", not a threat to this run" if f.severity == "info" else text
+
+
+def _raised(peaks: Mapping[str, float], latest: Any) -> dict[str, float]:
+    """Peaks seen by the sink, raised by the bundle's last sample (``manifest["latest"]``)."""
     out = dict(peaks)
-    try:
-        with open(path / "memory.json", encoding="utf-8") as f:
-            latest = json.load(f).get("latest") or {}
-    except (OSError, ValueError, AttributeError):
-        return out
-    for k, v in latest.items():
+    for k, v in (latest.items() if isinstance(latest, Mapping) else ()):
         if isinstance(v, (int, float)) and math.isfinite(v) and not is_count(k):
             out[k] = max(float(v), out.get(k, -math.inf))
     return out
+
+
+def _safe(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in text)

@@ -17,84 +17,19 @@ the stretch since the previous check. The timeline keeps the segment in progress
 set of buckets, so that a segment of a 100k-step epoch is as finely resolved as a short epoch, and
 can summarise the epoch in progress without closing it (:meth:`Timeline.epoch_so_far`).
 
-The hot path (:meth:`Timeline.append`) writes one row; bucket reduction happens in vectorised
-chunks every few steps, so its amortised cost is a fraction of a microsecond.
+The hot path (:meth:`Timeline.record`) writes the per-step values as scalars (the background
+values only when they change); bucket reduction happens in vectorised chunks every few steps, so
+its amortised cost is a fraction of a microsecond. What an epoch leaves behind:
+:class:`~memwatch.timeline.summary.EpochSummary`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
-
-
-@dataclasses.dataclass
-class EpochSummary:
-    """One epoch of one timeline: compact figures per metric, plus buckets while recent."""
-
-    epoch: int
-    start_step: int
-    end_step: int  # inclusive: the step index of the epoch's last sample
-    n_steps: int
-    t_start: float
-    t_end: float
-    keys: tuple[str, ...]
-    floor: FloatArray  # (M,)
-    peak: FloatArray  # (M,)
-    first: FloatArray  # (M,)
-    last: FloatArray  # (M,)
-    bucket_step: IntArray | None = None  # (B,) step index of each bucket's first sample
-    bucket_count: IntArray | None = None  # (B,)
-    bucket_floor: FloatArray | None = None  # (B, M)
-    bucket_peak: FloatArray | None = None  # (B, M)
-    bucket_last: FloatArray | None = None  # (B, M)
-    #: For the summary of a check's segment (the stretch since the previous check): its index
-    #: among the run's segments; None for an epoch.
-    segment: int | None = None
-
-    def col(self, key: str) -> int:
-        return self.keys.index(key)
-
-    def series(self, key: str, what: str = "floor") -> tuple[IntArray, FloatArray]:
-        """(bucket mid steps, bucket floors|peaks|lasts) of ``key`` in this epoch."""
-        if self.bucket_step is None or self.bucket_count is None:
-            raise ValueError(f"epoch {self.epoch} no longer keeps its buckets")
-        arr = {"floor": self.bucket_floor, "peak": self.bucket_peak, "last": self.bucket_last}[what]
-        assert arr is not None
-        mid = self.bucket_step + (self.bucket_count - 1) // 2
-        return mid, arr[:, self.col(key)]
-
-    @property
-    def seconds_per_step(self) -> float:
-        return (self.t_end - self.t_start) / max(self.n_steps - 1, 1)
-
-    def compact(self) -> EpochSummary:
-        return dataclasses.replace(self, bucket_step=None, bucket_count=None, bucket_floor=None,
-                                   bucket_peak=None, bucket_last=None)
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "epoch": self.epoch,
-            "start_step": self.start_step,
-            "end_step": self.end_step,
-            "n_steps": self.n_steps,
-            "t_start": self.t_start,
-            "t_end": self.t_end,
-        }
-        for name in ("floor", "peak", "first", "last"):
-            arr = getattr(self, name)
-            d[name] = {k: _jsonable(arr[i]) for i, k in enumerate(self.keys)}
-        return d
-
-
-def _jsonable(x: float) -> float | None:
-    return None if np.isnan(x) else float(x)
+from memwatch.timeline.summary import EpochSummary, FloatArray, IntArray, merge
 
 
 class _BucketBuilder:
@@ -426,7 +361,7 @@ class Timeline:
         if n > self.max_epochs:
             # Merge the oldest half pairwise: history stays whole, memory stays bounded.
             half = (n - self.detailed_epochs) // 2 * 2
-            merged = [_merge(self.epochs[i], self.epochs[i + 1]) for i in range(0, half, 2)]
+            merged = [merge(self.epochs[i], self.epochs[i + 1]) for i in range(0, half, 2)]
             self.epochs = merged + self.epochs[half:]
 
     def restore_epochs(self, epochs: Sequence[EpochSummary]) -> None:
@@ -488,19 +423,3 @@ class Timeline:
                 if arr is not None:
                     total += arr.nbytes
         return total
-
-
-def _merge(a: EpochSummary, b: EpochSummary) -> EpochSummary:
-    return EpochSummary(
-        epoch=a.epoch,
-        start_step=a.start_step,
-        end_step=b.end_step,
-        n_steps=a.n_steps + b.n_steps,
-        t_start=a.t_start,
-        t_end=b.t_end,
-        keys=a.keys,
-        floor=np.fmin(a.floor, b.floor),
-        peak=np.fmax(a.peak, b.peak),
-        first=a.first,
-        last=b.last,
-    )

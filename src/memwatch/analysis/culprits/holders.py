@@ -120,16 +120,16 @@ class _Walker:
                 break
             kind, label, parent = step.kind, step.label, step.parent
             del step
-            box = _container_of(kind, label, parent)
-            if box is not None and id(box) in self.owners and self.owner_delta is None:
+            owner = _container_of(kind, label, parent)
+            if owner is not None and id(owner) in self.owners and self.owner_delta is None:
                 # The growing owner: what was below it (an element, a key) leaves the name.
                 segments.clear()
-                container = CONTAINER_TYPES.get(type(box), kind)
-                container_len = len(box)
-                self.elements = elements_of(box)
-                self.owner_delta = self.owners[id(box)]
+                container = CONTAINER_TYPES.get(type(owner), kind)
+                container_len = len(owner)
+                self.elements = elements_of(owner)
+                self.owner_delta = self.owners[id(owner)]
                 stripping = False
-                del box
+                del owner
                 if kind == "attr_dict":  # ``.cache[key]``: the attribute names the owner
                     segments.append(label.split("[", 1)[0])
                     visited.add(id(parent))
@@ -138,7 +138,7 @@ class _Walker:
                 visited.add(id(parent))
                 cur = parent
                 continue
-            del box
+            del owner
             if stripping and is_index(kind, label):
                 container = "dict" if kind == "attr_dict" else kind
                 box: Any = getattr(parent, label[1:].split("[", 1)[0], None) \

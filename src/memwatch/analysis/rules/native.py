@@ -70,8 +70,9 @@ def native_or_retention(*, origin: Origin, metric: str, units: list[EpochStats],
                         steps_to_oom: float | None, seconds_to_oom: float | None,
                         severity: Severity, remaining: float, run_known: bool) -> Finding:
     """The finding for host growth live objects do not explain (see the module doc)."""
-    explained = (f"live tensors and Python objects explain {fmt_bytes(attribution.explained_bytes or 0)}"
-                 f" of {fmt_bytes(attribution.rss_growth_bytes or rss_growth)}")
+    explained = ("live tensors and Python objects explain "
+                 f"{fmt_bytes(attribution.explained_bytes or 0)} of "
+                 f"{fmt_bytes(attribution.rss_growth_bytes or rss_growth)}")
     forecast = forecast_words(limit, steps_to_oom, seconds_to_oom, severity, remaining,
                               run_known, limit_name)
     ev = {**attribution.evidence(), "limit_bytes": limit, "limit_name": limit_name,
