@@ -1,6 +1,7 @@
 """What ``memwatch run`` says on the console (stderr: the script's stdout stays its own): one line
-per new verdict of severity warning or critical, as the checks make them (:class:`ConsoleSink`),
-and a few lines at exit (:func:`exit_lines`).
+per new verdict worth reading (every leak, whatever its severity: a slow leak is still said once;
+any other finding of severity warning or critical), as the checks make them
+(:class:`ConsoleSink`), and a few lines at exit (:func:`exit_lines`).
 
 Example::
 
@@ -24,9 +25,16 @@ from memwatch.core.protocols import CheckReport
 from memwatch.core.units import fmt_bytes
 from memwatch.runtime.warn import WARN_SEVERITIES
 
-__all__ = ["ConsoleSink", "exit_lines", "say", "verdict_line"]
+__all__ = ["ConsoleSink", "exit_lines", "say", "verdict_line", "worth_saying"]
 
 _RANK = {"critical": 0, "warning": 1, "info": 2}
+#: Kinds said whatever their severity (an ``info`` leak is one that cannot kill this run).
+_ALWAYS = ("leak", "rank_leak")
+
+
+def worth_saying(f: Finding) -> bool:
+    """Every leak, and any finding of severity warning or critical."""
+    return f.kind in _ALWAYS or f.severity in WARN_SEVERITIES
 
 
 def say(line: str, label: str = "") -> None:
@@ -54,8 +62,8 @@ def verdict_line(f: Finding) -> str:
 
 
 class ConsoleSink:
-    """A sink that prints each new verdict of severity warning or critical once per (loop, kind,
-    metric), and once more when a later check names the holder the first could not."""
+    """A sink that prints each new verdict worth saying (:func:`worth_saying`) once per (loop,
+    kind, metric), and once more when a later check names the holder the first could not."""
 
     sink_name = "console"
 
@@ -69,7 +77,7 @@ class ConsoleSink:
         self.findings.extend(report.findings)
         del self.findings[:-1000]
         for f in report.findings:
-            if f.severity not in WARN_SEVERITIES:
+            if not worth_saying(f):
                 continue
             key = (f.stage, f.kind, f.metric, bool(f.culprit))
             if key in self.said or (not f.culprit and (*key[:3], True) in self.said):
@@ -103,10 +111,10 @@ def exit_lines(what: str, steps: int, checks: int, findings: Sequence[Finding],
                report: Path | None, bundle: Any, max_findings: int = 4) -> list[str]:
     """The summary printed when the script exits: what watched it, the verdicts (worst first,
     the latest of each), the report and the bundle."""
-    worth = [f for f in _latest_per_metric(findings) if f.severity in WARN_SEVERITIES]
+    worth = [f for f in _latest_per_metric(findings) if worth_saying(f)]
     lines = [f"watched {what}: {steps:,} step(s), {checks} check(s); "
-             + (f"{len(worth)} verdict(s) to act on" if worth else
-                "no leak or other warning" if checks else
+             + (f"{len(worth)} verdict(s)" if worth else
+                "no leak, no warning" if checks else
                 "no check ran (fewer steps than --check-every-n-steps, shorter than "
                 "--check-every-s)")]
     lines += [f"  {verdict_line(f)}" for f in worth[:max_findings]]
