@@ -94,7 +94,7 @@ class ConsoleSink:
         """Samples are not printed."""
 
     def on_bundle(self, path: Path, manifest: Mapping[str, Any]) -> None:
-        say(f"bundle written: {path} (`memwatch inspect {path}`)", self.label)
+        """The flight recorder says it (and the summary at exit names the failure's bundle)."""
 
     def close(self) -> None:
         """Nothing to release."""
@@ -108,11 +108,12 @@ def _latest_per_metric(findings: Iterable[Finding]) -> list[Finding]:
 
 
 def exit_lines(what: str, steps: int, checks: int, findings: Sequence[Finding],
-               report: Path | None, bundle: Any, max_findings: int = 4) -> list[str]:
+               report: Path | None, bundle: Any, max_findings: int = 4,
+               unit: str = "step") -> list[str]:
     """The summary printed when the script exits: what watched it, the verdicts (worst first,
     the latest of each), the report and the bundle."""
     worth = [f for f in _latest_per_metric(findings) if worth_saying(f)]
-    lines = [f"watched {what}: {steps:,} step(s), {checks} check(s); "
+    lines = [f"watched {what}: {steps:,} {unit}(s), {checks} check(s); "
              + (f"{len(worth)} verdict(s)" if worth else
                 "no leak, no warning" if checks else
                 "no check ran (fewer steps than --check-every-n-steps, shorter than "

@@ -75,7 +75,7 @@ class Controller:
         self.mode: str | None = None
         self.memwatch: MemWatch | None = None
         self.adapters: list[Any] = []
-        self.what = "nothing (no optimizer stepped, no Trainer was created)"
+        self.what = "nothing: no optimizer stepped and no Trainer was created"
         self._opt_id: int | None = None
         self._opt_ref: Any = None
         self._step = _nothing
@@ -84,7 +84,8 @@ class Controller:
         self._accelerators: list[weakref.ref[Any]] = []
         self._pid = os.getpid()
         self._starting = False
-        self._watch_sessions()
+        self._handles: list[Any] = []
+        self._start_unwatched = self._watch_sessions()
         atexit.register(self.at_exit)
 
     # ------------------------------------------------------------------ imports
@@ -93,7 +94,7 @@ class Controller:
         if name == "torch":
             from torch.optim.optimizer import register_optimizer_step_post_hook
 
-            register_optimizer_step_post_hook(self.on_step)
+            self._handles.append(register_optimizer_step_post_hook(self.on_step))
             grace = GRACE_INTERVALS * float(self.options.get("interval_s", 1.0))
             threading.Thread(target=self._tick, args=(grace,), name="memwatch-run-timer",
                              daemon=True).start()
@@ -235,11 +236,12 @@ class Controller:
         if mw is not None:
             mw.close()
 
-    def _watch_sessions(self) -> None:
-        """Know when the script starts a MemWatch of its own (``watch()``, ``attach()``...)."""
+    def _watch_sessions(self) -> Any:
+        """Know when the script starts a MemWatch of its own (``watch()``, ``attach()``...);
+        returns ``MemWatch.start`` as it was."""
         start = MemWatch.start
         if getattr(start, _MARK, False):
-            return
+            return getattr(start, "__wrapped__", start)
         me = weakref.ref(self)
 
         @functools.wraps(start)
@@ -252,6 +254,21 @@ class Controller:
 
         setattr(watched_start, _MARK, True)
         MemWatch.start = watched_start  # type: ignore[method-assign,assignment]
+        return start
+
+    def detach(self) -> None:
+        """Undo what this controller did to the process (hooks, ``MemWatch.start``, the timer,
+        the exit summary) and close its own session; for tests, which run it in-process."""
+        self._stop.set()
+        atexit.unregister(self.at_exit)
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        if getattr(MemWatch.start, _MARK, False):
+            MemWatch.start = self._start_unwatched  # type: ignore[method-assign]
+        with self._lock:
+            self._close_own()
+            self.mode = "off"
 
     # ------------------------------------------------------------------ exit
     def at_exit(self) -> None:
@@ -265,6 +282,7 @@ class Controller:
                 own = self.memwatch
             died = getattr(sys, "last_value", None)
             if mode == "user":
+                say(f"watched by {self.what}", self.console.label)
                 return
             sessions = [own] if own is not None else []
             for a in self.adapters:
@@ -277,10 +295,14 @@ class Controller:
             if not sessions and died is not None and bundle is None:
                 bundle = self._bundle_of_early_death(died)
             mw = sessions[0] if sessions else None
-            report = self._report(mw) if mw is not None else None
-            findings = self.console.findings
-            for line in exit_lines(self.what, mw.step_count if mw else 0,
-                                   mw.checks if mw else 0, findings, report, bundle):
+            if mw is None:
+                lines = [f"watched {self.what}"] + ([] if bundle is None else [
+                    f"bundle of the failure: {bundle} (`memwatch inspect {bundle}`)"])
+            else:
+                lines = exit_lines(self.what, mw.step_count, mw.checks, self.console.findings,
+                                   self._report(mw), bundle,
+                                   unit="sample" if mode == "time" else "step")
+            for line in lines:
                 say(line, self.console.label)
         except Exception as e:  # noqa: BLE001 - the exit code is the script's, whatever happens
             say(f"the summary at exit failed ({type(e).__name__}: {e})", self.console.label)
@@ -291,7 +313,11 @@ class Controller:
         from memwatch.report.data import from_run
         from memwatch.report.html import render, write_html
 
-        html = render(from_run(mw), with_charts=self.plan.report == "full")
+        data = from_run(mw)
+        if self.plan.report == "tables":
+            data.notes.insert(0, "Charts are left out (memwatch run --report tables); "
+                                 "--report full draws them.")
+        html = render(data, with_charts=self.plan.report == "full")
         return write_html(html, Path(str(mw.out_dir)) / "report.html")
 
     def _bundle_of_early_death(self, exc: BaseException) -> Any:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from memwatch.autorun.plan import ENV, Plan, Target
 from memwatch.autorun.shim.sitecustomize import HERE, python_main
+from memwatch.core.errors import ConfigError
 
 __all__ = ["FRAMEWORKS", "SHIM_DIR", "child_env", "find_target", "frameworks_imported",
            "target_from"]
@@ -89,13 +90,13 @@ def find_target(command: Sequence[str], cwd: str) -> Target | None:
 
 
 def target_from(value: str, cwd: str) -> Target:
-    """``--target``: an existing file is a script, a dotted name a module; else ValueError."""
+    """``--target``: an existing file is a script, a dotted name a module; else ConfigError."""
     path = os.path.join(cwd, value)
     if os.path.isfile(path):
         return Target(script=os.path.realpath(path))
     if _MODULE.match(value):
         return Target(module=value)
-    raise ValueError(f"--target {value!r} is neither a file nor a module name; pass the "
+    raise ConfigError(f"--target {value!r} is neither a file nor a module name; pass the "
                      "training script's path (train.py) or its module (pkg.train)")
 
 

@@ -202,7 +202,7 @@ def dry_run_text(command: list[str], plan: Plan, cwd: str) -> str:
     """What ``--dry-run`` prints: the target, what would be attached, the resolved options."""
     target: Target = plan.target
     imported = frameworks_imported(target, cwd)
-    cfg = WatchConfig(**plan.options)
+    cfg = WatchConfig(**{"warn": False, **plan.options})  # memwatch run's warn default
     given = set(plan.options)
     lines = ["memwatch run --dry-run: nothing was started.",
              f"command:  {shlex.join(command)}",
@@ -217,15 +217,16 @@ def dry_run_text(command: list[str], plan: Plan, cwd: str) -> str:
     lines += [f"  - {text}" for text in _attaches(imported, cfg)]
     lines.append("options (memwatch.WatchConfig; * = given here):")
     for flag, field, _, _ in OPTIONS:
-        value = getattr(cfg, field)
+        value: Any = getattr(cfg, field)
         if field == "watchdog":
             value = value is not None
         elif field == "bundle_on":
             value = ",".join(sorted(value)) or "none"
-        out_default = field == "out_dir" and "out_dir" not in given
-        shown = "(the adapter's default; ./memwatch for a plain loop)" if out_default else value
-        lines.append(f"  {'*' if field in given else ' '} {flag:<22} {shown}")
-    lines.append(f"  {'*' if plan.report != 'full' else ' '} {'--report':<22} {plan.report}")
+        elif field == "out_dir" and field not in given:
+            value = "(the adapter's default; ./memwatch for a plain loop)"
+        lines.append(f"  {'*' if field in given else ' '} {field} = {value}  ({flag})")
+    lines.append(f"  {'*' if plan.report != 'full' else ' '} report = {plan.report}  "
+                 "(--report)")
     lines.append(f"environment: PYTHONPATH={SHIM_DIR}{os.pathsep}...; {ENV}={plan.encode()}")
     return "\n".join(lines) + "\n"
 
