@@ -11,7 +11,7 @@ those imports. The controller then:
 * at the first optimizer step, when no adapter watches: attaches the Accelerate hook when an
   ``Accelerator`` exists, else starts its own session and samples it at every step of that
   optimizer (the *plain* loop: no epochs, the session's step- and time-based checks judge);
-* when no optimizer has stepped ``10 x interval_s`` after torch was imported and nothing else
+* when no optimizer has stepped ``60 x interval_s`` after torch was imported and nothing else
   watches: starts its own session sampled every ``interval_s`` by a thread (*time* mode: checks
   every ``check_every_s``), until an optimizer steps;
 * when the script starts a :class:`memwatch.MemWatch` of its own (``watch()``, ``attach()``):
@@ -46,8 +46,10 @@ log = logging.getLogger("memwatch")
 
 __all__ = ["GRACE_INTERVALS", "Controller"]
 
-#: Time mode starts this many sampler intervals after torch's import without an optimizer step.
-GRACE_INTERVALS = 10
+#: Time mode starts this many sampler intervals (a minute by default) after torch's import
+#: without an optimizer step or a Trainer: a script that trains is not sampled by time while it
+#: loads its data.
+GRACE_INTERVALS = 60
 #: Modes in which the optimizer hook has nothing left to decide.
 _SETTLED = ("adapter", "user", "off")
 _MARK = "_memwatch_autorun"
@@ -141,7 +143,7 @@ class Controller:
                 return
             if self.mode == "plain" and self._opt_ref is not None and self._opt_ref() is not None:
                 return  # another optimizer than the one sampled (a GAN's second one)
-            if self.mode is None:
+            if self.mode in (None, "time"):  # time mode: sampled by time until this step
                 acc = next((a for r in reversed(self._accelerators) if (a := r()) is not None),
                            None)
                 if acc is not None:
@@ -149,6 +151,7 @@ class Controller:
                                    "the Accelerate loop (memwatch.integrations.accelerate hook "
                                    "on its optimizer)")
                     return
+            if self.memwatch is None:
                 self._start_session()
             self.mode = "plain"
             self.what = ("the plain loop (every step of its optimizer, through torch's "
