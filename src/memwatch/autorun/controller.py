@@ -100,8 +100,10 @@ class Controller:
             grace = GRACE_INTERVALS * float(self.options.get("interval_s", 1.0))
             threading.Thread(target=self._tick, args=(grace,), name="memwatch-run-timer",
                              daemon=True).start()
-        elif name.endswith("trainer.trainer"):  # lightning.pytorch or pytorch_lightning
-            frameworks.wrap_init(module.Trainer, self._guarded(frameworks.lightning, self))
+        elif name.endswith(".trainer.trainer"):  # lightning.pytorch or pytorch_lightning
+            package = name[: -len(".trainer.trainer")]
+            frameworks.wrap_init(module.Trainer,
+                                 self._guarded(frameworks.lightning, self, package))
         elif name == "transformers.trainer":
             frameworks.wrap_init(module.Trainer, self._guarded(frameworks.transformers, self))
         elif name == "accelerate.accelerator":
@@ -175,6 +177,9 @@ class Controller:
         and, when the script uses W&B, a W&B sink that never moves the run's step."""
         from memwatch.sinks.wandb import WandbSink
 
+        info = rank_info()  # torch.distributed may be initialised by now
+        self.rank, self.world = info["rank"], info["world_size"]
+        self.console.label = f" [rank {self.rank}]" if self.world > 1 else ""
         opts = dict(self.options)
         opts["out_dir"] = self.rank_dir(opts.get("out_dir") or "memwatch")
         opts["sinks"] = [self.console, WandbSink(commit=False)]

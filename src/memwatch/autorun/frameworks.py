@@ -17,6 +17,7 @@ so no framework is imported that the script did not import itself.
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -118,16 +119,16 @@ def adapter_options(ctl: Controller, world: int, rank: int, **extra: Any) -> dic
     return {**opts, **extra}
 
 
-def lightning(ctl: Controller, trainer: Any) -> None:
-    """A Lightning ``Trainer`` was created (``lightning.pytorch`` or ``pytorch_lightning``)."""
+def lightning(ctl: Controller, package: str, trainer: Any) -> None:
+    """A Lightning ``Trainer`` of ``package`` (``lightning.pytorch`` or ``pytorch_lightning``)
+    was created."""
     from memwatch.integrations.lightning import MemWatchCallback
 
     callbacks = trainer.callbacks
     if any(isinstance(c, MemWatchCallback) for c in callbacks):
         ctl.user_watches("the script's own MemWatchCallback (memwatch run added nothing)")
         return
-    package = type(trainer).__module__.split(".trainer")[0]
-    base = getattr(__import__(f"{package}.callbacks", fromlist=["Callback"]), "Callback", None)
+    base = getattr(importlib.import_module(f"{package}.callbacks"), "Callback", None)
     if base is None or not issubclass(MemWatchCallback, base):
         # memwatch's callback is a lightning.pytorch one; this Trainer comes from another
         # package: its optimizer steps are watched as a plain loop instead.
