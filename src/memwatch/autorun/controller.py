@@ -115,7 +115,7 @@ class Controller:
             try:
                 fn(*first, *args)
             except Exception as e:  # noqa: BLE001 - the script goes on, unwatched
-                self.fail(f"{getattr(fn, '__name__', fn)}", e)
+                self.fail(f"attaching memwatch ({getattr(fn, '__name__', fn)})", e)
 
         return call
 
