@@ -33,9 +33,10 @@ LAYERS: dict[str, int] = {
     "session": 6,
     "integrations": 7,
     "testing": 7,
-    "cli": 8,
-    "__init__": 9,  # memwatch/__init__.py: the public facade
-    "__main__": 9,  # memwatch/__main__.py: `python -m memwatch`, delegates to cli.main
+    "autorun": 8,
+    "cli": 9,
+    "__init__": 10,  # memwatch/__init__.py: the public facade
+    "__main__": 10,  # python -m memwatch: the CLI
 }
 ADAPTERS = ("lightning", "transformers", "accelerate")
 MAX_ADAPTER_CODE_LINES = 150

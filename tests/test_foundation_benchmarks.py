@@ -64,3 +64,15 @@ def test_run_all_continues_past_failures_and_reports_them(
     assert "FAILED (exit 3)" in out
     assert run_all.main(["b_works"]) == 0
     assert run_all.main(["nothing-matches"]) == 2
+
+
+def test_bench_run_overhead_quick(tmp_path: Path) -> None:
+    out = tmp_path / "run.json"
+    proc = _run("bench_run_overhead.py", "--quick", "--out", str(out))
+    data = json.loads(out.read_text())
+    t = data["trivial"]
+    assert t["pairs"] == 2 and len(t["pairs_s"]) == 2
+    # Sanity, not a target: the watched start imports memwatch, the bare one nothing.
+    assert 0 < t["bare_median_s"] < t["watched_median_s"] < 60
+    assert "torch" not in data and "steps" not in data  # --quick: the trivial case only
+    assert "start-up: print('hello')" in proc.stdout

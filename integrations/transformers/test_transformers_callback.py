@@ -114,3 +114,18 @@ def test_excepthook_chained_from_train_begin_to_train_end(tmp_path: Path) -> Non
     trainer.train()
     assert seen and all(h is not before for h in seen)  # memwatch's hook during training
     assert sys.excepthook is before  # and removed at on_train_end
+
+
+def test_a_check_at_a_logging_step_keeps_the_trainers_own_row(tmp_path: Path) -> None:
+    """A check inside the epoch logs memwatch's findings counts through ``trainer.log`` from
+    ``on_step_end``; that must not cancel the loss row the trainer logs at the same step (the
+    callbacks' ``on_log`` clears ``control.should_log``)."""
+    cb = MemWatchCallback(workers=False, device=FakeDevice(), check_every_n_steps=16, warn=False)
+    args = make_args(tmp_path, num_train_epochs=1, logging_steps=16)  # checks on logging steps
+    trainer = LeakyTrainer(tiny_bert(), args, train_dataset=Tokens(256), callbacks=[cb])
+    trainer.train()
+    losses = [row["step"] for row in trainer.state.log_history if "loss" in row]
+    assert losses == [16, 32], trainer.state.log_history
+    counts = [row["step"] for row in trainer.state.log_history
+              if "memwatch/findings/count" in row and "loss" not in row]
+    assert 16 in counts and 32 in counts  # memwatch's own rows are there too

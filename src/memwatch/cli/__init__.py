@@ -23,11 +23,12 @@ from memwatch.cli._base import Command
 from memwatch.cli.inspect import InspectCommand
 from memwatch.cli.ls import LsCommand
 from memwatch.cli.report import ReportCommand
+from memwatch.cli.run import RunCommand
 from memwatch.core.errors import MemwatchError
 
 __all__ = ["COMMANDS", "main"]
 
-COMMANDS: tuple[type[Command], ...] = (LsCommand, InspectCommand, ReportCommand)
+COMMANDS: tuple[type[Command], ...] = (LsCommand, InspectCommand, ReportCommand, RunCommand)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,7 +45,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, tuple[Command, argparse.ArgumentParser]]]:
     parser = _Parser(
-        prog="memwatch", description="Inspect memwatch OOM bundles and write reports.")
+        prog="memwatch", description="Inspect memwatch OOM bundles and write reports; run a "
+        "training script under memwatch without editing it.")
     parser.add_argument("--version", action="version", version=f"memwatch {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     commands: dict[str, tuple[Command, argparse.ArgumentParser]] = {}

@@ -218,10 +218,18 @@ class TrainerLog(LoggerSink):
             self.pending.update(metrics)
             return
         self.in_own_log = True
+        # Trainer.log runs the callbacks' on_log, which clears control.should_log: called from
+        # on_step_end (a check inside the epoch), it would cancel the trainer's own row of that
+        # step (the loss) in log_history, the console and every report_to integration.
+        control = getattr(trainer, "control", None)
+        should_log = getattr(control, "should_log", None)
         try:
             trainer.log(dict(metrics))
         finally:
             self.in_own_log = False
+            control = getattr(trainer, "control", None)
+            if should_log is not None and control is not None:
+                control.should_log = should_log
 
 
 class AccelerateLog(LoggerSink):
