@@ -26,6 +26,7 @@ from memwatch.core.errors import ConfigError
 from memwatch.core.findings import Finding
 from memwatch.core.forking import ForkRegistry
 from memwatch.core.protocols import SessionView
+from memwatch.core.safefs import check_out_dir
 from memwatch.probes.base import DeviceProbe, Probe
 from memwatch.runtime.blackbox import BlackBox
 from memwatch.runtime.dispatch import SinkSet
@@ -226,6 +227,8 @@ class MemWatch(Checks, RuntimeParts, Checkpointing):
         if self._closed:
             raise ConfigError("this MemWatch was closed; create a new one to watch again.")
         cfg = self.config
+        if cfg.recorder or (cfg.blackbox_every_s is not None and cfg.stage == "train"):
+            check_out_dir(cfg.out_dir)  # ConfigError for an unsafe out_dir (docs/security.md)
         self.device = resolve_device(cfg.device_spec)
         self.probes = open_probes(self.device, self.host, self.workers)
         self._fast_probes = [p for p in self.probes if p.fast_keys]
