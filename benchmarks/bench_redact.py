@@ -8,7 +8,7 @@ token, runs of separators built to make a backtracking regex quadratic) and size
 linear (about 1) or quadratic (about 2).
 
 ``--baseline REF`` also times the ``redact.py`` of a git revision (e.g. the commit before issue
-25), side by side, on the sizes up to 64 KiB (a quadratic one takes minutes beyond).
+25) and this one side by side, on 4 to 32 KiB (a quadratic one takes minutes beyond).
 
 Prints a table and writes ``benchmarks/results/redact.json``. ``--quick``: sizes up to 256 KiB.
 """
@@ -40,6 +40,7 @@ from memwatch.core.redact import redact_text  # noqa: E402
 RESULTS = REPO / "benchmarks" / "results" / "redact.json"
 KIB = 1024
 SIZES = [16 * KIB, 64 * KIB, 256 * KIB, 1024 * KIB, 4096 * KIB]
+BASE_SIZES = [4 * KIB, 8 * KIB, 16 * KIB, 32 * KIB]
 _ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 _TB = ('  File "/home/alice/project/train.py", line {n}, in training_step\n'
        "    loss = model(batch)  # lr=0.001 step={n} cuda:0\n")
@@ -52,7 +53,7 @@ def _rep(unit: str, n: int) -> str:
 SHAPES: dict[str, Callable[[int], str]] = {
     "traceback (realistic)": lambda n: "Traceback (most recent call last):\n" + "".join(
         _TB.format(n=i) for i in range(n // 100 + 1))[:n],
-    "one random token": lambda n: "".join(random.Random(0).choice(_ALNUM) for _ in range(n)),
+    "one random token": lambda n: "".join(random.Random(0).choices(_ALNUM, k=n)),
     "a=a=a=...": lambda n: _rep("a=", n),
     "x:x:x:...": lambda n: _rep("x:", n),
     "--a --a ...": lambda n: _rep("--a ", n),
@@ -86,6 +87,10 @@ def slope(points: list[tuple[int, float]]) -> float | None:
     return sum((x - mx) * (y - my) for x, y in pts) / den if den else None
 
 
+def _ms(t: float | None) -> float | None:
+    return None if t is None else t * 1e3
+
+
 def load_baseline(ref: str) -> Callable[[str], str]:
     src = subprocess.run(["git", "show", f"{ref}:src/memwatch/core/redact.py"], cwd=REPO,
                          capture_output=True, text=True, check=True).stdout
@@ -104,6 +109,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     sizes = [s for s in SIZES if not args.quick or s <= 256 * KIB]
     base = load_baseline(args.baseline) if args.baseline else None
     rows: list[dict[str, Any]] = []
+    baseline_rows: list[tuple[str, dict[int, float | None], dict[int, float | None],
+                              float | None]] = []
     print(f"{'input':22} " + " ".join(f"{s // KIB:>9} KiB" for s in sizes)
           + f" {'exponent':>9} {'us/KiB':>7}")
     for name, make in SHAPES.items():
@@ -111,7 +118,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         times = {s: best_of(redact_text, texts[s]) for s in sizes}
         pts = [(s, t) for s, t in times.items() if t is not None]
         exp = slope(pts)
-        per_kib = 1e6 * times[sizes[-1]] / (sizes[-1] / KIB) if times[sizes[-1]] else None
+        last = times[sizes[-1]]
+        per_kib = 1e6 * last / (sizes[-1] / KIB) if last is not None else None
         row: dict[str, Any] = {"input": name, "ms": {str(s): None if t is None else t * 1e3
                                                       for s, t in times.items()},
                                "exponent": exp, "us_per_kib_at_largest": per_kib}
@@ -120,17 +128,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"{name:22} {cells} {exp if exp is not None else float('nan'):>9.2f} "
               f"{per_kib or float('nan'):>7.2f}")
         if base is not None:
-            bsizes = [s for s in sizes if s <= 64 * KIB]
-            btimes = {s: best_of(base, texts[s], runs=1) for s in bsizes}
-            row["baseline_ms"] = {str(s): None if t is None else t * 1e3
-                                  for s, t in btimes.items()}
+            small = {s: make(s) for s in BASE_SIZES}
+            btimes = {s: best_of(base, small[s], runs=1) for s in BASE_SIZES}
+            ntimes = {s: best_of(redact_text, small[s]) for s in BASE_SIZES}
+            row["baseline"] = {str(s): {"before_ms": _ms(btimes[s]), "after_ms": _ms(ntimes[s])}
+                               for s in BASE_SIZES}
             row["baseline_exponent"] = slope([(s, t) for s, t in btimes.items()
                                               if t is not None])
-            bcells = " ".join(f"{t * 1e3:>10.1f}ms" if t is not None else f"{'>120 s':>12}"
-                              for t in btimes.values())
-            print(f"{'  ' + args.baseline[:12] + ' (before)':22} {bcells}"
-                  f" {row['baseline_exponent'] or float('nan'):>9.2f}")
+            baseline_rows.append((name, btimes, ntimes, row["baseline_exponent"]))
         rows.append(row)
+    if baseline_rows:
+        print(f"\nside by side with {args.baseline} (before -> after, ms):")
+        print(f"{'input':22} " + " ".join(f"{s // KIB:>17} KiB" for s in BASE_SIZES)
+              + f" {'exponent before':>16}")
+        for name, btimes, ntimes, bexp in baseline_rows:
+            cells = " ".join(
+                (f"{_ms(btimes[s]):>9.1f}" if btimes[s] is not None else f"{'>120 s':>9}")
+                + f" -> {_ms(ntimes[s]) or 0.0:>6.2f}" for s in BASE_SIZES)
+            print(f"{name:22} {cells} {bexp if bexp is not None else float('nan'):>16.2f}")
     worst = max((r["exponent"] for r in rows if r["exponent"] is not None), default=None)
     verdict = "PASS" if worst is not None and worst < 1.3 else "MISS"
     print(f"\nworst exponent {worst:.2f} (linear is 1, quadratic 2): {verdict}")

@@ -170,3 +170,17 @@ def test_a_huge_timeline_is_read_from_its_end_in_bounded_time(good: Path, tmp_pa
     rc, out, err = run(["inspect", str(b)], capsys)
     assert rc == 0, err
     assert time.monotonic() - t0 < 30
+
+
+def test_report_output_at_a_planted_symlink_replaces_the_link(good: Path, tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]
+                                                             ) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    link = tmp_path / "report.html"
+    link.symlink_to(victim)
+    rc, out, err = run(["report", str(good), "-o", str(link)], capsys)
+    assert rc == 0, err
+    assert victim.read_text() == "precious\n"
+    assert not link.is_symlink() and link.read_text().startswith("<!DOCTYPE html>")
+    assert os.stat(link).st_mode & 0o077 == 0  # private, like everything memwatch writes
