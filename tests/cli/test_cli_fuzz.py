@@ -28,8 +28,8 @@ from memwatch.cli import main
 
 SEED = 25
 CASES = 400
-MIN_CASES = 100
-BUDGET_S = 20.0
+MIN_CASES = 60
+BUDGET_S = 25.0
 
 _VALUES: list[Any] = [None, True, -1, 0, 2**63, 10**30, 1e308, float("nan"), "",
                       "\x1b[2J\x07", "x" * 70_000, [], {}, [1, "a", None], {"a": [{"b": 1}]},
