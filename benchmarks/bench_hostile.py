@@ -29,6 +29,7 @@ import contextlib
 import json
 import os
 import pickle
+import shutil
 import signal
 import socket
 import subprocess
@@ -870,24 +871,24 @@ def _kept_html(work: Path, src: str) -> Result:
 
 
 # --------------------------------------------------------------------------- driver
-def _child(name: str, src: str) -> None:
+def _child(name: str, src: str, work: str) -> None:
     sys.path.insert(0, src)
-    with tempfile.TemporaryDirectory(prefix="mw-hostile-") as tmp:
-        os.chmod(tmp, 0o700)
-        import logging
+    import logging
 
-        logging.disable(logging.WARNING)
-        try:
-            held, why = CASES[name](Path(tmp), src)
-        except Exception as e:  # noqa: BLE001
-            held, why = False, f"raised {type(e).__name__}: {str(e)[:120]}"
-        print("RESULT " + json.dumps({"held": held, "why": why}), flush=True)
+    logging.disable(logging.WARNING)
+    try:
+        held, why = CASES[name](Path(work), src)
+    except Exception as e:  # noqa: BLE001
+        held, why = False, f"raised {type(e).__name__}: {str(e)[:120]}"
+    print("RESULT " + json.dumps({"held": held, "why": why}), flush=True)
 
 
 def run_case(name: str, src: str, timeout: float) -> dict[str, Any]:
     t0 = time.monotonic()
+    work = tempfile.mkdtemp(prefix="mw-hostile-")  # 0700; removed even when the case hangs
     try:
-        p = subprocess.run([sys.executable, __file__, "--child", name, "--src", src],
+        p = subprocess.run([sys.executable, __file__, "--child", name, "--src", src,
+                            "--work", work],
                            capture_output=True, text=True, timeout=timeout,
                            start_new_session=True)
         res = next((json.loads(ln[7:]) for ln in p.stdout.splitlines()
@@ -897,6 +898,10 @@ def run_case(name: str, src: str, timeout: float) -> dict[str, Any]:
                                          + (p.stderr.strip().splitlines() or [""])[-1][:120]}
     except subprocess.TimeoutExpired:
         res = {"held": False, "why": f"hung (killed after {timeout:.0f} s)"}
+    finally:
+        subprocess.run(["umount", "-l", os.path.join(work, "small")], capture_output=True)
+        subprocess.run(["umount", "-l", os.path.join(work, "ro")], capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
     return {"case": name, **res, "s": round(time.monotonic() - t0, 2)}
 
 
@@ -908,9 +913,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--timeout", type=float, default=90.0, help="seconds per case")
     ap.add_argument("--out", default=str(RESULTS), help="JSON results file")
     ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--work", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        _child(args.child, args.src)
+        _child(args.child, args.src, args.work)
         return {}
     names = [n for n in CASES if not args.only or any(w in n for w in args.only)]
     rows = []
