@@ -11,7 +11,8 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -55,3 +56,18 @@ def run_python() -> RunPython:
         return proc
 
     return run
+
+
+@pytest.fixture(scope="session")
+def other_user() -> Iterator[Any]:
+    """A real second local user (created with ``useradd``, removed afterwards) for the
+    shared-machine tests; skips where the tests do not run as root."""
+    from second_user import create_user, delete_user
+
+    user = create_user(f"mwtest{os.getpid() % 100000}")
+    if isinstance(user, str):
+        pytest.skip(user)
+    try:
+        yield user
+    finally:
+        delete_user(user)

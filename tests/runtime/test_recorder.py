@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -401,12 +402,15 @@ def test_hooks_are_chained_and_restored(tmp_path: Path) -> None:
 
 def test_unwritable_out_dir_never_breaks_the_run(tmp_path: Path,
                                                  caplog: pytest.LogCaptureFixture) -> None:
-    blocker = tmp_path / "file"
-    blocker.write_text("not a directory")
+    # An out_dir that is a file is refused at start (ConfigError, tests/core/test_safefs.py);
+    # one that stops being writable during the run (replaced by a file here) only warns.
+    out = tmp_path / "out"
     err = MemoryError("full")
     with caplog.at_level(logging.WARNING, logger="memwatch"):
         with pytest.raises(MemoryError) as info:
-            with memwatch.watch(device="cpu", workers=False, out_dir=blocker, signals=False):
+            with memwatch.watch(device="cpu", workers=False, out_dir=out, signals=False):
+                shutil.rmtree(out)
+                out.write_text("not a directory")
                 raise err
     assert info.value is err
     assert err.memwatch_bundle is None  # type: ignore[attr-defined]

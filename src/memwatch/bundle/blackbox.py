@@ -11,6 +11,12 @@ evidence of an unclean end. This module reads such records and judges them:
   run in the same ``out_dir`` reported it (with its ``end`` judgement added), so it is reported
   once and ``memwatch ls`` still lists it.
 
+A record is read as untrusted (another user, or a fault, may have written it): at most
+:data:`MAX_RECORD_BYTES`, a regular file never read through a symlink, JSON with a depth cap and
+typed fields, strings made printable. The cgroup path it names is opened only when it is a
+plain path under ``/sys/fs/cgroup`` (no symlink, no ``..``) and its events file a regular file:
+a record pointing at ``/dev/zero`` or a FIFO is not read from.
+
 A record says the run was **killed by the kernel's OOM killer** when its memory cgroup's
 OOM-kill counter is above the value the last rewrite saw (read again from the cgroup, which
 still exists while the job's container does), or when the kernel log (``/dev/kmsg``, readable
@@ -33,20 +39,47 @@ import contextlib
 import datetime as _dt
 import json
 import os
+import re
 import socket
+import stat
+import time
 from pathlib import Path
 from typing import Any
 
+from memwatch.bundle.schema import FINDING, DictOf, ListOf, Obj, T
+from memwatch.core.safefs import ensure_dir, open_dir, read_bounded, write_atomic
 from memwatch.core.units import fmt_bytes
-from memwatch.probes.cgroup import read_oom_kills
+from memwatch.core.untrusted import loads_json, sanitize
 
-__all__ = ["BLACKBOX_SUBDIR", "ENDED_SUBDIR", "SCHEMA", "boot_id", "find_records", "judge",
-           "process_start", "read_record", "record_path", "retire", "summary_line"]
+__all__ = ["BLACKBOX_SUBDIR", "CGROUP_ROOT", "ENDED_SUBDIR", "MAX_RECORD_BYTES", "SCHEMA",
+           "boot_id", "clean_parts", "find_records", "judge", "process_start", "read_record",
+           "record_path", "retire", "summary_line"]
 
 BLACKBOX_SUBDIR = "blackbox"
 ENDED_SUBDIR = "ended"
 SCHEMA = 1
 _KIND = "memwatch-blackbox"
+#: Largest record read (one memwatch writes is a few hundred KiB at most).
+MAX_RECORD_BYTES = 4 << 20
+#: The only place a record's cgroup path may point to.
+CGROUP_ROOT = "/sys/fs/cgroup"
+# The OOM-kill counter's file of each cgroup version (v2 memory.events, v1 memory.oom_control).
+_EVENTS = {2: "memory.events", 1: "memory.oom_control"}
+_OOM_KILL = re.compile(rb"(?m)^oom_kill (\d{1,18})$")
+_N = T(float, type(None))
+_RECORD = Obj({
+    "pid": T(int, lo=1, hi=1 << 31), "host": T(str, type(None)), "step": T(int, type(None)),
+    "epoch": T(int, type(None)), "latest": DictOf(_N, none=True),
+    "limits": DictOf(_N, none=True), "started_unix": _N, "updated_unix": _N,
+    "proc_start": T(int, type(None)), "boot_id": T(str, type(None)),
+    "cgroup": Obj({"path": T(str, type(None)), "version": T(int, type(None)),
+                   "oom_kills": T(int, type(None)), "oom_kills_at_start": T(int, type(None))},
+                  none=True),
+    "findings": ListOf(FINDING, none=True),
+    "samples": ListOf(Obj({"t": _N, "step": T(int, type(None)),
+                           "values": DictOf(_N, none=True)}), none=True),
+    "end": T(dict, type(None)),
+})
 
 
 def record_path(out_dir: str | os.PathLike[str], pid: int | None = None) -> Path:
@@ -75,35 +108,67 @@ def process_start(pid: int) -> int | None:
 
 
 def read_record(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A record's document; ``ValueError`` naming the file when it is not one."""
+    """A record's document (validated, strings made printable); ``ValueError`` naming the file
+    when it is not one."""
     p = Path(path)
     try:
-        doc = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"{p}: not a readable memwatch black-box record ({e})") from e
+        data = read_bounded(p, MAX_RECORD_BYTES)
+    except OSError as e:
+        raise ValueError(f"{p}: not a readable memwatch black-box record ({e})") from None
+    doc = loads_json(data, str(p))
     if not isinstance(doc, dict) or doc.get("kind") != _KIND:
         raise ValueError(f"{p}: not a memwatch black-box record (no kind {_KIND!r})")
-    return doc
+    err = _RECORD.error(doc)
+    if err:
+        raise ValueError(f"{p}: not a memwatch black-box record ({err})")
+    return sanitize(doc)  # type: ignore[no-any-return]
 
 
 def find_records(out_dir: str | os.PathLike[str],
                  ended: bool = True) -> list[tuple[Path, dict[str, Any]]]:
     """Every readable record under ``out_dir`` (live, and ended ones unless ``ended=False``),
-    oldest first."""
+    oldest first. Symlinks, FIFOs and unreadable or malformed files are left out."""
     base = Path(out_dir) / BLACKBOX_SUBDIR
     out = []
     for d in (base, base / ENDED_SUBDIR) if ended else (base,):
         try:
-            files = sorted(d.glob("*.json"))
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
         except OSError:
             continue
-        for f in files:
+        for entry in entries:
+            if not entry.name.endswith(".json") or entry.name.startswith("."):
+                continue
             try:
-                out.append((f, read_record(f)))
-            except ValueError:
+                if not entry.is_file(follow_symlinks=False):
+                    continue
+                out.append((Path(entry.path), read_record(entry.path)))
+            except (OSError, ValueError):
                 continue  # a record being replaced right now, or not ours
     out.sort(key=lambda e: float(e[1].get("started_unix") or 0.0))
     return out
+
+
+def clean_parts(out_dir: str | os.PathLike[str], older_than_s: float = 60.0) -> int:
+    """Remove temporary ``.part`` files of rewrites a kill interrupted (this user's, older than
+    ``older_than_s``); returns how many."""
+    base = Path(out_dir) / BLACKBOX_SUBDIR
+    n = 0
+    now = time.time()
+    for d in (base, base / ENDED_SUBDIR):
+        try:
+            entries = list(os.scandir(d))
+        except OSError:
+            continue
+        for e in entries:
+            try:
+                st = e.stat(follow_symlinks=False)
+                if (e.name.endswith(".part") and stat.S_ISREG(st.st_mode)
+                        and st.st_uid == os.geteuid() and now - st.st_mtime > older_than_s):
+                    os.unlink(e.path)
+                    n += 1
+            except OSError:
+                continue
+    return n
 
 
 def _alive(doc: dict[str, Any]) -> bool | None:
@@ -121,10 +186,32 @@ def _alive(doc: dict[str, Any]) -> bool | None:
     return doc.get("proc_start") in (None, start)
 
 
+def _cgroup_events(path: Any, version: Any) -> str | None:
+    """The events file of a record's cgroup, when the record names a real cgroup directory:
+    a normalised path under :data:`CGROUP_ROOT` with no symlink on the way."""
+    if not isinstance(path, str) or version not in _EVENTS or "\0" in path:
+        return None
+    norm = os.path.normpath(path)
+    under = norm == CGROUP_ROOT or norm.startswith(CGROUP_ROOT + "/")
+    if norm != path.rstrip("/") or not under:
+        return None
+    if os.path.realpath(norm) != norm:
+        return None
+    return os.path.join(norm, _EVENTS[version])
+
+
 def _counter_now(cg: dict[str, Any]) -> int | None:
-    """The OOM-kill counter of the record's cgroup, read again now (None: gone/unreadable)."""
-    path, version = cg.get("path"), cg.get("version")
-    return read_oom_kills(path, version) if path and version in (1, 2) else None
+    """The OOM-kill counter of the record's cgroup, read again now (None: gone, unreadable, or
+    a path this reader does not open)."""
+    events = _cgroup_events(cg.get("path"), cg.get("version"))
+    if events is None:
+        return None
+    try:
+        raw = read_bounded(events, 64 * 1024)  # a regular file only: never a FIFO or device
+    except OSError:
+        return None
+    m = _OOM_KILL.search(raw)
+    return int(m.group(1)) if m else None
 
 
 def _kernel_log_names(pid: int) -> bool:
@@ -205,15 +292,29 @@ def summary_line(doc: dict[str, Any], end: dict[str, Any] | None = None) -> str:
     return f"{verdict} at step {doc.get('step')}: " + ", ".join(parts[0:1] + parts[2:])
 
 
-def retire(path: Path, doc: dict[str, Any], end: dict[str, Any]) -> Path:
-    """Move a dead run's record to ``ended/`` with its judgement: it is reported once."""
+def retire(path: Path, doc: dict[str, Any], end: dict[str, Any],
+           share: str = "private") -> Path:
+    """Move a dead run's record to ``ended/`` with its judgement: it is reported once.
+
+    Written relative to the directories' descriptors (``blackbox/`` opened without following a
+    symlink, ``ended/`` made or checked as this user's), under a fresh temporary name: nothing
+    planted there is written through."""
     doc = {**doc, "end": end}
-    when = _dt.datetime.fromtimestamp(float(doc.get("updated_unix") or 0.0), _dt.timezone.utc)
-    dest = path.parent / ENDED_SUBDIR / f"{when:%Y%m%dT%H%M%SZ}-{path.name}"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=1))
-    os.replace(tmp, dest)
-    with contextlib.suppress(OSError):
-        path.unlink()
-    return dest
+    try:
+        t = float(doc.get("updated_unix") or 0.0)
+        when = _dt.datetime.fromtimestamp(t, _dt.timezone.utc)
+    except (OverflowError, ValueError, OSError):
+        when = _dt.datetime.fromtimestamp(0, _dt.timezone.utc)
+    dfd = open_dir(path.parent)
+    try:
+        efd = ensure_dir(dfd, ENDED_SUBDIR, share)
+        try:
+            name = f"{when:%Y%m%dT%H%M%SZ}-{path.name}"
+            write_atomic(efd, name, json.dumps(doc, indent=1).encode(), share=share)
+        finally:
+            os.close(efd)
+        with contextlib.suppress(OSError):
+            os.unlink(path.name, dir_fd=dfd)
+    finally:
+        os.close(dfd)
+    return path.parent / ENDED_SUBDIR / name

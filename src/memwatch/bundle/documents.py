@@ -19,7 +19,7 @@ from typing import Any
 from memwatch._version import __version__
 from memwatch.bundle.format import host_name
 from memwatch.core.oom import Classification
-from memwatch.core.redact import redact_argv, redact_env, redact_obj, redact_text
+from memwatch.core.redact import redact_argv, redact_env, redact_obj, redact_truncate
 
 __all__ = ["ENV_PREFIXES", "Capture", "environment", "environment_static", "exception_doc",
            "qualname", "ranks_doc", "segments_summary", "timeline_records"]
@@ -190,14 +190,14 @@ def exception_doc(exc: BaseException, cls: Classification | None) -> dict[str, A
     except Exception:  # noqa: BLE001
         msg = "<unprintable message>"
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    if len(tb) > _MAX_TRACEBACK:
-        tb = "...(truncated)...\n" + tb[-_MAX_TRACEBACK:]
+    # Redacted before they are cut: a cut could keep a key's body without its BEGIN line.
     return {
         "type": qualname(type(exc)),
-        "message": redact_text(msg[:_MAX_MESSAGE]),
+        "message": redact_truncate(msg, _MAX_MESSAGE),
         "classification": cls.kind if cls else None,
         "matched": cls.to_dict() if cls else None,
         "numbers": dict(cls.numbers) if cls else {},
-        "notes": [redact_text(str(n)) for n in getattr(exc, "__notes__", [])][:20],
-        "traceback": redact_text(tb),
+        "notes": [redact_truncate(str(n), _MAX_MESSAGE)
+                  for n in list(getattr(exc, "__notes__", None) or [])[:20]],
+        "traceback": redact_truncate(tb, _MAX_TRACEBACK, keep="tail"),
     }

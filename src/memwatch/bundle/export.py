@@ -1,7 +1,7 @@
 """Export a timeline to CSV or JSON, for people who analyse it elsewhere (pandas, a sheet).
 
 Both take a :class:`memwatch.timeline.Timeline` (``mw.timeline``) or the :class:`memwatch.MemWatch`
-itself, and write atomically (a temporary name, then ``os.replace``).
+itself, and write atomically (a temporary name, then ``os.replace``), private (mode 0600).
 
 * CSV: one row per sample still in the ring (``capacity`` rows at most): ``step``, ``time_s``
   (seconds since the first exported sample), then one column per metric in bytes (counts for
@@ -67,7 +67,9 @@ def _columns(tl: Any) -> tuple[list[int], list[float], dict[str, list[float]]]:
 
 def _atomic_write(path: str | os.PathLike[str], write: Any, newline: str | None = None) -> Path:
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    p.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # mkstemp: O_EXCL, mode 0600, a random name; os.replace replaces a symlink planted at the
+    # final name, never writes through it.
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".part", dir=p.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as f:

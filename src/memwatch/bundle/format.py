@@ -1,4 +1,5 @@
-"""The OOM bundle on disk: atomic writing, validated reading, retention.
+"""The OOM bundle on disk: safe, atomic writing (reading is :mod:`.reader`, retention
+:mod:`.retention`).
 
 A bundle is a directory ``<out_dir>/oom/<UTC time>-<host>-rank<r>-pid<p>/``. It is built under a
 hidden temporary name (``.tmp-<host>-<pid>-<random>``) and renamed into place only after its
@@ -24,6 +25,10 @@ snapshot.pickle     optional   allocator snapshot (plain containers; read with s
 report.html         optional   self-contained offline report (added after the commit)
 ==================  =========  ==============================================================
 
+The bundle's directories are private (mode 0700) and its files too (0600), or readable by the
+directory's group with ``share="group"`` (0750/0640); nothing is ever written through a symlink
+(see :class:`BundleWriter` and ``docs/security.md``).
+
 ``report.html`` is only a rendering of the other files, and rendering it takes memory and time a
 dying process may not have: it is added to the committed bundle by :func:`add_file` (the manifest
 rewritten atomically), so a kill while it renders leaves a complete bundle without it.
@@ -31,7 +36,7 @@ rewritten atomically), so a kill while it renders leaves a complete bundle witho
 Example::
 
     >>> from memwatch.bundle import BundleWriter, open_bundle
-    >>> import os
+    >>> import os, stat
     >>> w = BundleWriter(os.path.join(tmp, "oom"), "20260101T000000Z-host-rank0-pid1")
     >>> w.write_json("environment.json", {"python": "3.11"})
     >>> w.write_json("findings.json", [])
@@ -39,24 +44,36 @@ Example::
     >>> path = w.commit({"trigger": "manual", "classification": None})
     >>> open_bundle(path).manifest["complete"]
     True
+    >>> mode = lambda p: oct(stat.S_IMODE(os.stat(p).st_mode))
+    >>> mode(path), mode(path / "memory.json")
+    ('0o700', '0o600')
 """
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import json
 import math
 import os
 import secrets
 import shutil
 import socket
+import stat
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from memwatch._version import __version__
 from memwatch.core.errors import BundleError
+from memwatch.core.safefs import (
+    create_file,
+    ensure_dir,
+    modes,
+    open_dir,
+    read_bounded,
+    write_atomic,
+)
 
 __all__ = [
     "OOM_SUBDIR",
@@ -64,14 +81,11 @@ __all__ = [
     "REQUIRED_FILES",
     "SCHEMA_VERSION",
     "TMP_PREFIX",
-    "Bundle",
     "add_file",
     "BundleWriter",
     "dir_size",
-    "find_bundles",
     "host_name",
     "note_error",
-    "open_bundle",
 ]
 
 SCHEMA_VERSION = 1
@@ -136,74 +150,85 @@ class BundleWriter:
     Every ``write_*`` streams to its file (no whole-file string is built in memory) and never
     raises for a single file: a failed file is recorded in the manifest's ``errors`` and the bundle
     goes on, because a partial bundle with a manifest that says what is missing beats no bundle.
+
+    Nothing is written through a symlink: ``oom_root`` is opened once (its last component never
+    followed, owned by this user), the temporary directory is made in it (mode 0700, or 0750
+    with ``share="group"``) and held by a file descriptor, and every file is created in that
+    descriptor with ``O_EXCL | O_NOFOLLOW`` (mode 0600/0640). A directory swapped for a symlink
+    while the bundle is written changes nothing: the descriptors still name the real directory.
     """
 
-    def __init__(self, oom_root: str | os.PathLike[str], name: str) -> None:
+    def __init__(self, oom_root: str | os.PathLike[str], name: str,
+                 share: str = "private") -> None:
         self.root = Path(oom_root)
         self.name = name
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.share = modes(share).share
+        self._root_fd = open_dir(self.root, create=True, share=share)
         tmp_name = f"{TMP_PREFIX}{host_name()}-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            os.mkdir(tmp_name, modes(share).dir, dir_fd=self._root_fd)
+            self._fd = ensure_dir(self._root_fd, tmp_name, share)
+        except BaseException:
+            os.close(self._root_fd)
+            raise
         self.tmp = self.root / tmp_name
-        self.tmp.mkdir()
+        self._tmp_name = tmp_name
         self.errors: dict[str, str] = {}
         self.trimmed: list[dict[str, Any]] = []
         self._pause = float(os.environ.get(_PAUSE_ENV, "0") or 0)
         self._t0 = time.perf_counter()
 
     def _between_files(self) -> None:
-        if self._pause > 0 and any(True for _ in os.scandir(self.tmp)):
+        if self._pause > 0 and os.listdir(self._fd):
             time.sleep(self._pause)
 
     def _failed(self, fname: str, exc: BaseException) -> None:
         self.errors[fname] = f"{type(exc).__name__}: {exc}"
+        with contextlib.suppress(OSError):
+            os.unlink(fname, dir_fd=self._fd)
+
+    def _write(self, fname: str, mode: str, write: Any) -> None:
+        self._between_files()
         try:
-            (self.tmp / fname).unlink(missing_ok=True)
-        except OSError:
-            pass
+            fd = create_file(self._fd, fname, self.share)
+            with open(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
+                write(f)
+        except Exception as e:  # noqa: BLE001
+            self._failed(fname, e)
 
     def write_json(self, fname: str, obj: Any) -> None:
-        self._between_files()
-        try:
-            with open(self.tmp / fname, "w", encoding="utf-8") as f:
-                # json.dump streams its chunks to the file (no whole-document string in memory).
-                json.dump(_finite(obj), f, indent=1, default=_json_default, allow_nan=False)
-                f.write("\n")
-        except Exception as e:  # noqa: BLE001
-            self._failed(fname, e)
+        # json.dump streams its chunks to the file (no whole-document string in memory).
+        def write(f: Any) -> None:
+            json.dump(_finite(obj), f, indent=1, default=_json_default, allow_nan=False)
+            f.write("\n")
+        self._write(fname, "w", write)
 
     def write_jsonl(self, fname: str, rows: Iterable[dict[str, Any]]) -> None:
-        self._between_files()
-        try:
-            with open(self.tmp / fname, "w", encoding="utf-8") as f:
-                for row in rows:
-                    f.write(json.dumps(_finite(row), default=_json_default, allow_nan=False))
-                    f.write("\n")
-        except Exception as e:  # noqa: BLE001
-            self._failed(fname, e)
+        def write(f: Any) -> None:
+            for row in rows:
+                f.write(json.dumps(_finite(row), default=_json_default, allow_nan=False))
+                f.write("\n")
+        self._write(fname, "w", write)
 
     def write_text(self, fname: str, text: str) -> None:
-        self._between_files()
-        try:
-            with open(self.tmp / fname, "w", encoding="utf-8") as f:
-                f.write(text)
-        except Exception as e:  # noqa: BLE001
-            self._failed(fname, e)
+        self._write(fname, "w", lambda f: f.write(text))
 
     def write_pickle(self, fname: str, obj: Any) -> None:
         from memwatch.core import safepickle
 
-        self._between_files()
-        try:
-            with open(self.tmp / fname, "wb") as f:
-                safepickle.dump(obj, f)
-        except Exception as e:  # noqa: BLE001
-            self._failed(fname, e)
+        self._write(fname, "wb", lambda f: safepickle.dump(obj, f))
 
     def sizes(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        for entry in sorted(os.scandir(self.tmp), key=lambda e: e.name):
-            if entry.is_file() and entry.name != "manifest.json":
-                out[entry.name] = entry.stat().st_size
+        for fname in sorted(os.listdir(self._fd)):
+            if fname == "manifest.json" or fname.endswith(".part"):
+                continue
+            try:
+                st = os.stat(fname, dir_fd=self._fd, follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                out[fname] = st.st_size
         return out
 
     def trim(self, max_bytes: int) -> None:
@@ -214,7 +239,7 @@ class BundleWriter:
             if total <= max_bytes:
                 break
             try:
-                (self.tmp / fname).unlink()
+                os.unlink(fname, dir_fd=self._fd)
             except OSError:
                 continue
             total -= sizes[fname]
@@ -236,200 +261,118 @@ class BundleWriter:
             "write_seconds": round(time.perf_counter() - self._t0, 4),
             "complete": True,
         }
-        _replace_json(self.tmp / "manifest.json", doc)
-        final = self.root / self.name
-        for i in range(2, 1000):
-            if not final.exists():
-                try:
-                    os.rename(self.tmp, final)
-                    return final
-                except OSError:
-                    if not final.exists():
-                        raise
-            final = self.root / f"{self.name}-{i}"
+        _replace_json(self._fd, "manifest.json", doc, self.share)
+        mine, there = os.fstat(self._fd), os.stat(self._tmp_name, dir_fd=self._root_fd,
+                                                  follow_symlinks=False)
+        if (mine.st_dev, mine.st_ino) != (there.st_dev, there.st_ino):
+            raise BundleError(f"{self.tmp} was replaced while the bundle was written (by "
+                              "another user or process); the bundle is not committed")
+        for i in range(1, 1000):
+            final = self.name if i == 1 else f"{self.name}-{i}"
+            try:
+                os.stat(final, dir_fd=self._root_fd, follow_symlinks=False)
+                continue  # taken (by a bundle, or by anything else: never replaced)
+            except FileNotFoundError:
+                pass
+            try:
+                os.rename(self._tmp_name, final, src_dir_fd=self._root_fd,
+                          dst_dir_fd=self._root_fd)
+            except OSError:
+                with contextlib.suppress(FileNotFoundError):
+                    os.stat(final, dir_fd=self._root_fd, follow_symlinks=False)
+                    continue
+                raise
+            self._close()
+            return self.root / final
         raise BundleError(f"no free bundle name under {self.root} for {self.name}")
 
+    def _close(self) -> None:
+        for fd in (self._fd, self._root_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fd = self._root_fd = -1
+
     def abort(self) -> None:
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if self._root_fd >= 0:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(self._tmp_name, dir_fd=self._root_fd)
+        self._close()
+
+
+def _open_bundle_dir(path: Path) -> int:
+    """A committed bundle directory of this user's, opened without following its last
+    component."""
+    return open_dir(path, nofollow=True)
 
 
 def add_file(path: str | os.PathLike[str], fname: str, text: str,
-             max_bytes: int | None = None) -> bool:
+             max_bytes: int | None = None, share: str = "private") -> bool:
     """Add ``fname`` to a committed bundle and list it in its manifest; True when added.
 
     For what is only a rendering of the evidence (``report.html``): the bundle is committed first,
     so a process killed while rendering (the kernel's OOM killer, seconds after a watchdog bundle)
     still leaves a complete bundle, and ``memwatch report BUNDLE`` draws the rendering later. The
-    file is written under a ``.part`` name and renamed; the manifest is rewritten the same way, so
-    a kill at any point leaves a bundle that validates. Over ``max_bytes`` in all, the file is
-    dropped and the manifest's ``trimmed`` says so.
+    file is written under a temporary ``.part`` name and renamed; the manifest is rewritten the
+    same way, so a kill at any point leaves a bundle that validates, and a failed write (a full
+    disk) removes its ``.part``. Over ``max_bytes`` in all, the file is dropped and the manifest's
+    ``trimmed`` says so.
     """
-    p = Path(path)
-    mpath = p / "manifest.json"
-    with open(mpath, encoding="utf-8") as f:
-        doc = json.load(f)
-    part = p / (fname + ".part")
-    with open(part, "w", encoding="utf-8") as f:
-        f.write(text)
-    size = part.stat().st_size
-    files = dict(doc.get("files") or {})
-    if max_bytes is not None and sum(files.values()) + size > max_bytes:
-        part.unlink(missing_ok=True)
-        doc["trimmed"] = [*doc.get("trimmed", []), {"file": fname, "bytes": size}]
-        added = False
-    else:
-        os.replace(part, p / fname)
-        files[fname] = size
-        doc["files"] = dict(sorted(files.items()))
-        doc["bytes"] = sum(files.values())
-        added = True
-    _replace_json(mpath, doc)
-    return added
-
-
-def note_error(path: str | os.PathLike[str], fname: str, error: str) -> None:
-    """Record in a committed bundle's manifest that ``fname`` could not be added."""
-    mpath = Path(path) / "manifest.json"
-    with open(mpath, encoding="utf-8") as f:
-        doc = json.load(f)
-    doc["errors"] = {**doc.get("errors", {}), fname: error}
-    _replace_json(mpath, doc)
-
-
-def _replace_json(path: Path, doc: dict[str, Any]) -> None:
-    """Write ``doc`` to ``path`` atomically: a ``.part`` file, fsynced, then renamed."""
-    part = path.with_name(path.name + ".part")
-    with open(part, "w", encoding="utf-8") as f:
-        json.dump(_finite(doc), f, indent=1, default=_json_default, allow_nan=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(part, path)
-
-
-# --------------------------------------------------------------------------- reading
-@dataclasses.dataclass
-class Bundle:
-    """A bundle directory opened for reading (see :func:`open_bundle`, which validates it)."""
-
-    path: Path
-    manifest: dict[str, Any]
-
-    def has(self, fname: str) -> bool:
-        return (self.path / fname).is_file()
-
-    def read_json(self, fname: str, default: Any = None) -> Any:
-        p = self.path / fname
-        if not p.is_file():
-            return default
-        try:
-            with open(p, encoding="utf-8") as f:
-                return json.load(f)
-        except (OSError, ValueError) as e:
-            raise BundleError(f"{p}: corrupted or truncated JSON ({e})") from None
-
-    def timeline(self) -> Iterator[dict[str, Any]]:
-        """Records of ``timeline.jsonl`` (header, samples, epochs), one at a time."""
-        p = self.path / "timeline.jsonl"
-        if not p.is_file():
-            return
-        try:
-            f = open(p, encoding="utf-8")
-        except OSError as e:
-            raise BundleError(f"{p}: cannot read ({e})") from None
-        with f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except ValueError as e:
-                    raise BundleError(f"{p}:{lineno}: corrupted or truncated line ({e})") from None
-                if not isinstance(rec, dict):
-                    raise BundleError(f"{p}:{lineno}: expected a JSON object per line")
-                yield rec
-
-    def snapshot(self) -> Any:
-        """The allocator snapshot, through the restricted unpickler (never runs code)."""
-        from memwatch.core import safepickle
-
-        p = self.path / "snapshot.pickle"
-        if not p.is_file():
-            return None
-        return safepickle.load(p)
-
-
-def open_bundle(path: str | os.PathLike[str]) -> Bundle:
-    """Open and validate a bundle; raises :class:`memwatch.core.errors.BundleError` (one line)."""
-    p = Path(path)
-    if not p.exists():
-        raise BundleError(f"{p}: no such bundle directory")
-    if not p.is_dir():
-        raise BundleError(f"{p}: not a directory (a bundle is a directory with a manifest.json)")
-    mpath = p / "manifest.json"
-    if not mpath.is_file():
-        if p.name.startswith(TMP_PREFIX):
-            raise BundleError(f"{p}: incomplete bundle (its writer was interrupted mid-write)")
-        raise BundleError(f"{p}: no manifest.json (not a memwatch bundle, or incomplete)")
+    fd = _open_bundle_dir(Path(path))
     try:
-        with open(mpath, encoding="utf-8") as f:
-            manifest = json.load(f)
-    except (OSError, ValueError) as e:
-        raise BundleError(f"{mpath}: corrupted or truncated manifest ({e})") from None
-    if not isinstance(manifest, dict):
-        raise BundleError(f"{mpath}: manifest is not a JSON object")
-    schema = manifest.get("schema_version")
-    if schema != SCHEMA_VERSION:
-        raise BundleError(
-            f"{mpath}: unknown bundle schema_version {schema!r} (this memwatch {__version__} "
-            f"reads version {SCHEMA_VERSION}; upgrade memwatch to read newer bundles)"
-        )
-    if manifest.get("complete") is not True:
-        raise BundleError(f"{p}: incomplete bundle (manifest not marked complete)")
-    files = manifest.get("files")
-    if not isinstance(files, dict):
-        raise BundleError(f"{mpath}: manifest has no 'files' table")
-    for fname, size in files.items():
-        fp = p / str(fname)
-        if not fp.is_file():
-            raise BundleError(f"{p}: incomplete bundle ({fname} listed in the manifest is missing)")
-        actual = fp.stat().st_size
-        if isinstance(size, int) and actual != size:
-            raise BundleError(
-                f"{fp}: {actual} bytes but the manifest says {size} (truncated or modified)"
-            )
-    return Bundle(p, manifest)
-
-
-def find_bundles(directory: str | os.PathLike[str]) -> list[tuple[Path, Bundle | BundleError]]:
-    """Bundles under ``directory`` (an ``out_dir``, its ``oom/``, or a folder of per-rank
-    ``out_dir``s such as ``run/rank0/oom/...``), oldest first.
-
-    Each entry is the path and either the opened bundle or the error that stops it from opening.
-    Temporary directories of writers still running (or of crashed ones) are included as errors.
-    """
-    d = Path(directory)
-    if not d.is_dir():
-        raise BundleError(f"{d}: no such directory")
-    if (d / "manifest.json").is_file() or d.name.startswith(TMP_PREFIX):
-        candidates = [d]
-    else:
-        root = d / OOM_SUBDIR if (d / OOM_SUBDIR).is_dir() else d
-        candidates = []
-        for c in root.iterdir():
-            if not c.is_dir():
-                continue
-            if not (c / "manifest.json").is_file() and not c.name.startswith(TMP_PREFIX) \
-                    and (c / OOM_SUBDIR).is_dir():  # one rank's out_dir
-                candidates.extend(x for x in (c / OOM_SUBDIR).iterdir() if x.is_dir())
-            else:
-                candidates.append(c)
-        # Names start with the UTC time: sorting by name is oldest first across folders too.
-        candidates.sort(key=lambda c: (c.name.startswith(TMP_PREFIX), c.name, str(c)))
-    out: list[tuple[Path, Bundle | BundleError]] = []
-    for c in candidates:
+        doc = _read_manifest(fd)
+        part = f".{fname}.{secrets.token_hex(6)}.part"
+        pfd = create_file(fd, part, share)
         try:
-            out.append((c, open_bundle(c)))
-        except BundleError as e:
-            out.append((c, e))
-    return out
+            with open(pfd, "w", encoding="utf-8") as f:
+                f.write(text)
+            size = os.stat(part, dir_fd=fd, follow_symlinks=False).st_size
+            files = dict(doc.get("files") or {})
+            if max_bytes is not None and sum(files.values()) + size > max_bytes:
+                os.unlink(part, dir_fd=fd)
+                doc["trimmed"] = [*doc.get("trimmed", []), {"file": fname, "bytes": size}]
+                added = False
+            else:
+                os.replace(part, fname, src_dir_fd=fd, dst_dir_fd=fd)
+                files[fname] = size
+                doc["files"] = dict(sorted(files.items()))
+                doc["bytes"] = sum(files.values())
+                added = True
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(part, dir_fd=fd)
+            raise
+        _replace_json(fd, "manifest.json", doc, share)
+        return added
+    finally:
+        os.close(fd)
+
+
+def note_error(path: str | os.PathLike[str], fname: str, error: str,
+               share: str = "private") -> None:
+    """Record in a committed bundle's manifest that ``fname`` could not be added."""
+    fd = _open_bundle_dir(Path(path))
+    try:
+        doc = _read_manifest(fd)
+        doc["errors"] = {**doc.get("errors", {}), fname: error}
+        _replace_json(fd, "manifest.json", doc, share)
+    finally:
+        os.close(fd)
+
+
+def _read_manifest(dir_fd: int) -> dict[str, Any]:
+    from memwatch.bundle.schema import MAX_BYTES
+
+    raw = read_bounded("manifest.json", MAX_BYTES["manifest.json"], dir_fd=dir_fd)
+    doc = json.loads(raw)
+    if not isinstance(doc, dict):
+        raise BundleError("manifest.json is not a JSON object")
+    return doc
+
+
+def _replace_json(dir_fd: int, fname: str, doc: dict[str, Any], share: str) -> None:
+    """Write ``doc`` as ``fname`` in ``dir_fd`` atomically: a fresh ``.part`` file, fsynced,
+    then renamed (removed when the write fails)."""
+    def write(f: Any) -> None:
+        data = json.dumps(_finite(doc), indent=1, default=_json_default, allow_nan=False)
+        f.write(data.encode("utf-8") + b"\n")
+    write_atomic(dir_fd, fname, write, share=share, fsync=True)

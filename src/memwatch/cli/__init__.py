@@ -1,7 +1,11 @@
 """The ``memwatch`` command line: one command class per file, its docstring is its help.
 
 Bad input (a missing path, a truncated or corrupted bundle, a manifest of an unknown schema, a
-snapshot that is not a plain pickle) prints one line on stderr and exits with code 2.
+snapshot that is not a plain pickle, a field of the wrong type, a symlink or FIFO inside a
+bundle) prints one line on stderr and exits with code 2. Bundles and records are read trusting
+nothing (:mod:`memwatch.bundle.reader`); whatever the commands print passes through a filter
+that replaces terminal control characters (an escape sequence in a file name or a message could
+otherwise retitle or clear the terminal), keeping only the colours of the rich view.
 
 Example::
 
@@ -14,9 +18,11 @@ Example::
 from __future__ import annotations
 
 import argparse
+import contextlib
+import re
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Iterator, Sequence
+from typing import Any, NoReturn, TextIO
 
 from memwatch._version import __version__
 from memwatch.cli._base import Command
@@ -25,6 +31,7 @@ from memwatch.cli.ls import LsCommand
 from memwatch.cli.report import ReportCommand
 from memwatch.cli.run import RunCommand
 from memwatch.core.errors import MemwatchError
+from memwatch.core.untrusted import printable
 
 __all__ = ["COMMANDS", "main"]
 
@@ -62,6 +69,42 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, tuple[Command, argpars
     return parser, commands
 
 
+# Colour (SGR) sequences of the rich view pass; every other control character is replaced.
+_SGR = re.compile(r"\x1b\[[0-9;]{0,32}m")
+
+
+class _Printable:
+    """A text stream that writes what it is given with terminal controls made visible."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, s: str) -> int:
+        parts = _SGR.split(s)
+        codes = _SGR.findall(s)
+        out = printable(parts[0]) + "".join(
+            c + printable(t) for c, t in zip(codes, parts[1:], strict=True))
+        self._stream.write(out)
+        return len(s)
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, encoding...
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _printable_output() -> Iterator[None]:
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Printable(out), _Printable(err)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _one_line(text: str) -> str:
+    return " ".join(printable(text).split())[:2000]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 2 bad input or usage)."""
     parser, commands = _parser()
@@ -71,13 +114,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             commands[args.command][1].error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as e:  # argparse: usage errors exit 2, --help/--version exit 0
         return int(e.code) if isinstance(e.code, int) else 2
+    with _printable_output():
+        return _run(commands[args.command][0], args)
+
+
+def _run(cmd: Command, args: argparse.Namespace) -> int:
     try:
-        return commands[args.command][0].run(args)
-    except MemwatchError as e:
-        print(f"memwatch {args.command}: error: {e}", file=sys.stderr)
+        return cmd.run(args)
+    except (MemwatchError, OSError) as e:
+        print(f"memwatch {args.command}: error: {_one_line(str(e))}", file=sys.stderr)
         return 2
-    except OSError as e:
-        print(f"memwatch {args.command}: error: {e}", file=sys.stderr)
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError,
+            UnicodeError, OverflowError, ZeroDivisionError) as e:
+        # The input files are the only thing a command reads: whatever they hold that the
+        # reader's checks let through is still bad input, said in one line.
+        print(f"memwatch {args.command}: error: malformed input ({type(e).__name__}: "
+              f"{_one_line(str(e))[:300]}); if memwatch wrote it, please report this",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

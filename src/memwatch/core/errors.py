@@ -19,6 +19,14 @@ class BundleError(MemwatchError):
     """An OOM bundle is missing, truncated, corrupted or of an unknown schema."""
 
 
+class UnsafePathError(MemwatchError, OSError):
+    """A path memwatch was about to write or read is not safe: a symlink where a file or
+    directory of its own should be, a directory owned or writable by another user, a FIFO or
+    device where a regular file should be, a file over its size cap. The message names the path
+    and the fix. An ``OSError``, so that a writer's ``except OSError`` (warn and go on) covers it.
+    """
+
+
 class UnsafePickleError(BundleError):
     """A snapshot pickle references something other than plain containers."""
 

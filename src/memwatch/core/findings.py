@@ -3,6 +3,10 @@
 A finding is created once, at the check that judged it, with everything that says where it came
 from (:class:`Origin`: epoch, step, rank, stage, check). No later layer completes or edits it:
 the sinks, the adapters and the user all see the same object.
+
+A finding is redacted when it is born (:mod:`memwatch.core.redact`: its message, culprit,
+suggestions and every string of its evidence): a token-shaped key of a leaking dict
+(``store['hf_...']``) never reaches the black box, the JSONL log, W&B tables or a report.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ import copy
 import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NoReturn
+
+from memwatch.core.redact import redact_obj, redact_text
 
 Severity = Literal["info", "warning", "critical"]
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
@@ -107,8 +113,16 @@ class Finding:
         evidence = dict(self.evidence)
         if self.stage != "train":
             evidence.setdefault("stage", self.stage)
-        object.__setattr__(self, "evidence", FrozenDict(evidence))
-        object.__setattr__(self, "suggestions", tuple(self.suggestions))
+        # Redacted at birth: every path out of the process (bundle, black box, JSONL, W&B,
+        # Prometheus, reports) gets the finding already clean.
+        object.__setattr__(self, "evidence", FrozenDict(redact_obj(evidence)))
+        object.__setattr__(self, "suggestions",
+                           tuple(redact_text(s) if isinstance(s, str) else s
+                                 for s in self.suggestions))
+        if isinstance(self.message, str):
+            object.__setattr__(self, "message", redact_text(self.message))
+        if isinstance(self.culprit, str):
+            object.__setattr__(self, "culprit", redact_text(self.culprit))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict of every field (plain dicts and lists, copied)."""

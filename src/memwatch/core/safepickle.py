@@ -6,6 +6,12 @@ names (``os.system`` through ``__reduce__``), so a bundle received from someone 
 opened with it. This unpickler resolves no global at all except the two harmless constructors that
 older pickle protocols use for sets, refuses persistent ids, and caps the input size.
 
+It also bounds what comes out: a pickle can name one container many times (``BINGET``), so 24 KB
+can stand for a list of 3,000 segments of 3,000 blocks each, which a renderer walking it would
+expand into gigabytes. The loaded graph is walked once (iteratively): a non-empty container
+reached twice, nesting deeper than :data:`MAX_DEPTH` or more than :data:`MAX_NODES` containers
+refuse the pickle. Snapshots torch and memwatch write share no containers.
+
 Example::
 
     >>> import pickle
@@ -23,10 +29,14 @@ from typing import Any
 
 from memwatch.core.errors import UnsafePickleError
 
-__all__ = ["MAX_BYTES", "dump", "load", "loads"]
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "dump", "load", "loads"]
 
 #: Snapshots larger than this are refused (a real one with history is tens of MiB).
 MAX_BYTES = 1 << 30
+#: Deepest nesting of containers accepted (a snapshot's is about 6).
+MAX_DEPTH = 64
+#: Most containers accepted in one snapshot.
+MAX_NODES = 20_000_000
 
 # Protocols 0-2 build sets and frozensets by calling these; calling them on a list runs no user
 # code. Everything else (os.system, builtins.eval, getattr, any class) is refused.
@@ -66,21 +76,56 @@ def loads(data: bytes) -> Any:
     if len(data) > MAX_BYTES:
         raise UnsafePickleError(f"snapshot pickle is {len(data)} bytes, over the {MAX_BYTES} cap")
     try:
-        return _Restricted(io.BytesIO(data)).load()
+        obj = _Restricted(io.BytesIO(data)).load()
     except UnsafePickleError:
         raise
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError,
             AttributeError, MemoryError, RecursionError, UnicodeDecodeError) as e:
         raise UnsafePickleError(f"snapshot pickle is truncated or corrupted ({e})") from None
+    _check_graph(obj)
+    return obj
+
+
+def _check_graph(obj: Any) -> None:
+    """Refuse a graph that shares containers, nests too deep or holds too many containers."""
+    seen: set[int] = set()
+    stack: list[tuple[Any, int]] = [(obj, 0)]
+    nodes = 0
+    while stack:
+        o, depth = stack.pop()
+        if isinstance(o, dict):
+            children: Any = (x for kv in o.items() for x in kv)
+        elif isinstance(o, (list, tuple, set, frozenset)):
+            children = o
+        else:
+            continue
+        if not o:
+            continue  # () and frozenset() are shared singletons: harmless
+        if id(o) in seen:
+            raise UnsafePickleError(
+                "snapshot pickle refers to one container more than once: a small file that "
+                "would expand into a huge graph (torch and memwatch never write that); it was "
+                "not loaded")
+        seen.add(id(o))
+        nodes += 1
+        if nodes > MAX_NODES or depth >= MAX_DEPTH:
+            raise UnsafePickleError(
+                f"snapshot pickle holds more than {MAX_NODES} containers or nests deeper than "
+                f"{MAX_DEPTH}; it was not loaded")
+        stack.extend((c, depth + 1) for c in children
+                     if isinstance(c, (dict, list, tuple, set, frozenset)))
 
 
 def load(path: str | os.PathLike[str]) -> Any:
-    """Read and :func:`loads` a file."""
-    size = os.path.getsize(path)
-    if size > MAX_BYTES:
-        raise UnsafePickleError(f"{os.fspath(path)} is {size} bytes, over the {MAX_BYTES} cap")
-    with open(path, "rb") as f:
-        return loads(f.read())
+    """Read (a regular file, not through a symlink, at most :data:`MAX_BYTES`) and
+    :func:`loads` a file."""
+    from memwatch.core.safefs import read_bounded
+
+    try:
+        data = read_bounded(path, MAX_BYTES)
+    except OSError as e:
+        raise UnsafePickleError(f"{os.fspath(path)}: {e}") from None
+    return loads(data)
 
 
 def dump(obj: Any, f: io.BufferedWriter | Any) -> None:

@@ -6,9 +6,12 @@ runs under an address-space limit cannot spare) rewrites
 than the sampler's ``interval_s``): the latest sample, the last ``keep`` snapshots (one per
 rewrite: ten minutes at the default), the latest findings, the memory cgroup and its OOM-kill
 counter, the step and the epoch. Never per step, never on the training thread: ``mw.step()``
-does not change. The file is written to a temporary name and renamed over the old one, so a kill
-mid-write leaves the previous record whole; it stays a few hundred KB at most (bounded snapshots
-and findings). A clean ``close()`` removes it. See :mod:`memwatch.bundle.blackbox` for how
+does not change. The file is written to a fresh temporary name (``O_EXCL``, relative to the
+``blackbox/`` directory's descriptor, mode 0600) and renamed over the old one, so a kill
+mid-write leaves the previous record whole and a symlink planted anywhere is never written
+through; it stays a few hundred KB at most (bounded snapshots and findings). A clean ``close()``
+removes it. Findings are redacted when they are born (:class:`memwatch.core.findings.Finding`),
+the rest of the record at start. See :mod:`memwatch.bundle.blackbox` for how
 records are judged.
 
 At start, records in the same ``out_dir`` left by processes of this host that no longer exist
@@ -31,6 +34,8 @@ from typing import Any
 from memwatch._version import __version__
 from memwatch.bundle import blackbox as fmt
 from memwatch.core.protocols import SessionView
+from memwatch.core.redact import redact_obj
+from memwatch.core.safefs import ensure_dir, modes, open_dir, write_atomic
 
 __all__ = ["BlackBox", "report_previous"]
 
@@ -48,9 +53,12 @@ class BlackBox:
     """Keeps the record of one watched process up to date on disk (see the module doc)."""
 
     def __init__(self, view: SessionView, out_dir: str, every_s: float = 5.0,
-                 keep: int = 120) -> None:
+                 keep: int = 120, share: str = "private") -> None:
         self.view = view
+        self.out_dir = out_dir
+        self.share = modes(share).share
         self.path = fmt.record_path(out_dir)
+        self._dir_fd = -1
         self.every_s = every_s
         self._snapshots: collections.deque[dict[str, Any]] = collections.deque(maxlen=keep)
         self._lock = threading.Lock()  # a rewrite and close() never interleave
@@ -65,14 +73,20 @@ class BlackBox:
 
     def start(self) -> None:
         """Write the first record now; :meth:`tick` rewrites it from then on."""
-        self._static = {
+        self._static = redact_obj({
             "schema": fmt.SCHEMA, "kind": "memwatch-blackbox", "memwatch": __version__,
             "host": socket.gethostname(), "pid": self._pid,
             "proc_start": fmt.process_start(self._pid), "boot_id": fmt.boot_id(),
             "started_unix": time.time(), "out_dir": str(self.view.out_dir),
             "rank": dict(self.view.rank), "job": dict(self.view.job or {}),
-        }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        })
+        # The record's directory is held by a descriptor: swapping blackbox/ (or a parent) for
+        # a symlink later changes nothing.
+        out_fd = open_dir(self.out_dir, create=True, share=self.share, nofollow=False)
+        try:
+            self._dir_fd = ensure_dir(out_fd, fmt.BLACKBOX_SUBDIR, self.share)
+        finally:
+            os.close(out_fd)
         self.write()
         self._due = time.monotonic() + self.every_s
 
@@ -105,11 +119,10 @@ class BlackBox:
             if self._closed or os.getpid() != self._pid:
                 return
             t0 = time.perf_counter()
+            if self._dir_fd < 0:
+                return
             data = json.dumps(self.document(), separators=(",", ":"), default=str).encode()
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, self.path)
+            write_atomic(self._dir_fd, self.path.name, data, share=self.share)
             self.writes += 1
             self.last_bytes = len(data)
             self.last_write_s = time.perf_counter() - t0
@@ -118,24 +131,31 @@ class BlackBox:
         """A clean end: stop rewriting and remove the record (only the process that made it)."""
         with self._lock:
             self._closed = True
-            if os.getpid() != self._pid:
+            fd, self._dir_fd = self._dir_fd, -1
+            if os.getpid() != self._pid or fd < 0:
                 return
             with contextlib.suppress(OSError):
-                self.path.unlink()
+                os.unlink(self.path.name, dir_fd=fd)
             with contextlib.suppress(OSError):
-                self.path.with_name(self.path.name + ".tmp").unlink()
+                os.close(fd)
 
     def forget_after_fork(self) -> None:
         """In a forked child: never touch the parent's record (a fresh lock: the parent's may
         have been held by the sampler thread at the fork)."""
         self._lock = threading.Lock()
         self._pid = -1
+        fd, self._dir_fd = self._dir_fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
-def report_previous(out_dir: str) -> list[dict[str, Any]]:
+def report_previous(out_dir: str, share: str = "private") -> list[dict[str, Any]]:
     """Report, once, every run in ``out_dir`` that ended without a clean close: a warning each,
     and the record moved to ``blackbox/ended/``. Returns their records (with ``end``)."""
     reported = []
+    with contextlib.suppress(OSError):
+        fmt.clean_parts(out_dir)
     for path, doc in fmt.find_records(out_dir, ended=False):
         if doc.get("pid") == os.getpid() and doc.get("host") == socket.gethostname():
             continue
@@ -143,7 +163,7 @@ def report_previous(out_dir: str) -> list[dict[str, Any]]:
         if end["state"] != "unclean":
             continue
         try:
-            dest = fmt.retire(path, doc, end)
+            dest = fmt.retire(path, doc, end, share=share)
         except OSError as e:
             log.debug("memwatch: could not move %s (%s)", path, e)
             dest = path

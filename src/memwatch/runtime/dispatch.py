@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from memwatch.bundle.format import open_bundle
+from memwatch.bundle.reader import open_bundle
 from memwatch.core.errors import ConfigError
 from memwatch.core.findings import Finding
 from memwatch.core.protocols import CheckReport

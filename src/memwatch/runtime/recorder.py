@@ -42,6 +42,7 @@ import datetime as _dt
 import logging
 import mmap
 import os
+import secrets
 import sys
 import threading
 import time
@@ -58,14 +59,8 @@ from memwatch.bundle.documents import (
     segments_summary,
     timeline_records,
 )
-from memwatch.bundle.format import (
-    Bundle,
-    BundleWriter,
-    add_file,
-    host_name,
-    note_error,
-    open_bundle,
-)
+from memwatch.bundle.format import BundleWriter, add_file, host_name, note_error
+from memwatch.bundle.reader import Bundle, open_bundle
 from memwatch.bundle.retention import clean_stale, enforce_retention
 from memwatch.core.oom import Classification, classify
 from memwatch.core.protocols import SessionView
@@ -116,6 +111,8 @@ class FlightRecorder:
         self._ranks = ranks
         self.oom_root = Path(view.out_dir).absolute() / "oom"  # immune to a later chdir
         self.bundles: list[Path] = []
+        #: Names this recorder's bundles in their manifests: retention deletes only those.
+        self.run_id = secrets.token_hex(8)
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._pending: Capture | None = None
@@ -397,7 +394,7 @@ class FlightRecorder:
             v = self.view
             rank = v.rank.get("rank", 0)
             name = f"{_utc_stamp(cap.wall)}-{host_name()}-rank{rank}-pid{os.getpid()}"
-            w = BundleWriter(self.oom_root, name)
+            w = BundleWriter(self.oom_root, name, share=self.config.share)
             if exc is not None:
                 w.write_json("exception.json", exception_doc(exc, cls))
             elif cap.observer is not None:
@@ -444,6 +441,7 @@ class FlightRecorder:
                 "local_rank": v.rank.get("local_rank", 0),
                 "world_size": v.rank.get("world_size", 1),
                 "job": dict(v.job or {}),
+                "run_id": self.run_id,
                 "step": v.step_count,
                 "epoch": v.epoch,
             }
@@ -455,7 +453,7 @@ class FlightRecorder:
             self._write_report(path, manifest)
             try:
                 enforce_retention(self.oom_root, self.config.max_bundles,
-                                  self.config.max_total_bytes, keep=path)
+                                  self.config.max_total_bytes, run_id=self.run_id, keep=path)
             except OSError as e:
                 log.warning("memwatch: bundle retention failed (%s)", e)
             announce_bundle(path, trigger, exc)  # one line: a note on exc, else the log
@@ -484,11 +482,12 @@ class FlightRecorder:
         mode = self.report_mode(str(manifest.get("trigger")))
         if mode == "none" or self._render_report is None:
             return
+        share = self.config.share
         try:
             html = self._render_report(open_bundle(path), str(path), mode == "full")
-            add_file(path, "report.html", html, self.config.max_bundle_bytes)
+            add_file(path, "report.html", html, self.config.max_bundle_bytes, share=share)
         except Exception as e:  # noqa: BLE001
             try:
-                note_error(path, "report.html", f"{type(e).__name__}: {e}")
+                note_error(path, "report.html", f"{type(e).__name__}: {e}", share=share)
             except Exception:  # noqa: BLE001
                 log.warning("memwatch: report.html not written (%s: %s)", type(e).__name__, e)

@@ -7,6 +7,7 @@ from typing import Any
 
 from memwatch.core.errors import ConfigError
 from memwatch.core.oom import KINDS, OOM_KINDS
+from memwatch.core.safefs import modes
 
 __all__ = ["REPORT_MODES", "RecorderConfig", "parse_bundle_on"]
 
@@ -63,8 +64,12 @@ class RecorderConfig:
     #: tables for the bundles a distributed job's survivors write when the launcher stops them
     #: (signal bundles of a rank in a world of more than one: 1,024 of them would be 5 GB).
     report: str = "auto"
+    #: Who may read the bundles: "private" (dirs 0700, files 0600) or "group" (0750/0640; see
+    #: :func:`memwatch.core.safefs.modes` and ``docs/security.md``).
+    share: str = "private"
 
     def __post_init__(self) -> None:
+        modes(self.share)  # ConfigError naming share= and its values
         if self.report not in REPORT_MODES:
             raise ConfigError(f"bundle_report={self.report!r}: use one of "
                               f"{', '.join(map(repr, REPORT_MODES))}.")

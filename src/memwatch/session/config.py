@@ -29,6 +29,7 @@ from memwatch.analysis.context import AnalyzerConfig
 from memwatch.analysis.culprits.allocations import DEFAULT_FRAMES, MAX_FRAMES
 from memwatch.core.errors import ConfigError
 from memwatch.core.findings import STAGES
+from memwatch.core.safefs import modes
 from memwatch.runtime.dispatch import SinkSet, validate_sinks
 from memwatch.runtime.recorder import RecorderConfig, parse_bundle_on
 from memwatch.runtime.watchdog import WatchdogConfig, parse_watchdog
@@ -210,6 +211,9 @@ class WatchConfig:
         steps_per_epoch: the epoch length, when known (the adapters set it): in the first epoch
             of a run planned to have more, checks inside it leave leak verdicts to its end (only
             an epoch end tells a leak from epoch-scoped accumulation).
+        share: who may read what memwatch writes under ``out_dir``: ``"private"`` (default:
+            directories 0700, files 0600) or ``"group"`` (0750/0640: the directory's group may
+            read bundles and records, never write them). See ``docs/security.md``.
         warn: a :class:`memwatch.MemWatchWarning` for each new finding of severity warning or
             critical that a check inside an epoch makes (``step()`` cannot return them; the
             findings of ``end_epoch()`` are returned). The adapters warn themselves.
@@ -249,6 +253,7 @@ class WatchConfig:
     steps_per_epoch: int | None = None
     warn: bool = True
     blackbox_every_s: float | None = 5.0
+    share: str = "private"
 
     def __post_init__(self) -> None:
         s = object.__setattr__
@@ -304,6 +309,7 @@ class WatchConfig:
             _positive_int("steps_per_epoch", self.steps_per_epoch,
                           "or None when it is not known")
         _choice("stage", self.stage, tuple(STAGES))
+        modes(self.share)  # ConfigError naming share= and its values
         if not isinstance(self.sinks, SinkSet):
             s(self, "sinks", tuple(validate_sinks(self.sinks)))
         self.recorder_config  # noqa: B018 - validates the recorder's options now
@@ -324,7 +330,7 @@ class WatchConfig:
             enabled=bool(self.recorder), bundle_on=self.bundle_on,
             max_bundles=self.max_bundles, max_bundle_bytes=self.max_bundle_bytes,
             max_total_bytes=self.max_total_bytes, record_history=bool(self.record_history),
-            signals=bool(self.signals), report=self.bundle_report)
+            signals=bool(self.signals), report=self.bundle_report, share=self.share)
 
     @property
     def watchdog_config(self) -> WatchdogConfig | None:

@@ -69,6 +69,7 @@ class AdapterOptions(TypedDict, total=False):
     horizon_s: float
     steps_per_epoch: int | None
     blackbox_every_s: float | None
+    share: str
 
 
 class WatchOptions(AdapterOptions, total=False):

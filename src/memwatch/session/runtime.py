@@ -71,9 +71,9 @@ class Runtime:
                 self._disable("flight recorder", e)
         if cfg.blackbox_every_s is not None and cfg.stage == "train":
             try:
-                self.previous_unclean = report_previous(str(cfg.out_dir))
+                self.previous_unclean = report_previous(str(cfg.out_dir), share=cfg.share)
                 self.blackbox = BlackBox(self._view, str(cfg.out_dir),
-                                         every_s=cfg.blackbox_every_s)
+                                         every_s=cfg.blackbox_every_s, share=cfg.share)
                 self.blackbox.start()
                 after_each_poll(self.blackbox.tick)  # the sampler's thread rewrites the record
             except Exception as e:  # noqa: BLE001

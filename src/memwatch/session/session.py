@@ -38,6 +38,7 @@ from memwatch.core.errors import ConfigError, MemWatchWarning
 from memwatch.core.findings import Finding
 from memwatch.core.forking import ForkRegistry
 from memwatch.core.protocols import SessionView
+from memwatch.core.safefs import check_out_dir
 from memwatch.probes.base import DeviceProbe, Probe
 from memwatch.runtime.blackbox import BlackBox
 from memwatch.runtime.dispatch import SinkSet
@@ -211,6 +212,9 @@ class MemWatch:
             return self
         if self._closed:
             raise ConfigError("this MemWatch was closed; create a new one to watch again.")
+        cfg = self.config
+        if cfg.recorder or (cfg.blackbox_every_s is not None and cfg.stage == "train"):
+            check_out_dir(cfg.out_dir, cfg.share)  # ConfigError when unsafe (docs/security.md)
         self._sampling.open()
         self._checker.start()
         pending = self._checkpoints.take_pending()

@@ -18,6 +18,12 @@ skip a line that does not parse). Events:
 When the file would grow past ``max_bytes`` it is renamed ``<name>.1`` (older ones shift to
 ``.2``...), and files past ``max_files`` in all are deleted, oldest first.
 
+The log is private: created with mode 0600 (0640 with ``share="group"``), its directory 0700,
+opened with ``O_NOFOLLOW``. A ``path`` that is a symlink, not a regular file, someone else's
+file, or in a directory other users can write (not sticky and yours) raises
+:class:`memwatch.ConfigError` when the sink is created. Findings are redacted at birth; every
+other event but the samples is redacted again here (the bundle's manifest, the job).
+
 Example::
 
     >>> import json, os, memwatch
@@ -40,14 +46,17 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from memwatch.core.errors import ConfigError
+from memwatch.core.errors import ConfigError, UnsafePathError
 from memwatch.core.jsonable import jsonable
 from memwatch.core.protocols import CheckReport
+from memwatch.core.redact import redact_obj
+from memwatch.core.safefs import check_dir_stat, modes, open_append
 
 __all__ = ["JsonlSink", "read_events"]
 
@@ -61,10 +70,11 @@ class JsonlSink:
         max_bytes: rotate when the file would grow past this.
         max_files: files kept in all (the live one plus ``max_files - 1`` rotated ones).
         rank: this process's rank; default from the ``RANK`` environment variable.
+        share: ``"private"`` (default: the log is 0600) or ``"group"`` (0640).
     """
 
     def __init__(self, path: str | os.PathLike[str], max_bytes: int = 64 << 20,
-                 max_files: int = 5, rank: int | None = None) -> None:
+                 max_files: int = 5, rank: int | None = None, share: str = "private") -> None:
         if not isinstance(max_bytes, int) or max_bytes < 4096:
             raise ConfigError(f"max_bytes={max_bytes!r} must be an int >= 4096 (bytes per file).")
         if not isinstance(max_files, int) or max_files < 1:
@@ -73,6 +83,8 @@ class JsonlSink:
         p = Path(path)
         if self.rank > 0:
             p = p.with_name(f"{p.stem}.rank{self.rank}{p.suffix}")
+        self.share = modes(share).share
+        _check_path(p)
         self.path = p
         self.max_bytes = max_bytes
         self.max_files = max_files
@@ -83,8 +95,8 @@ class JsonlSink:
     # ------------------------------------------------------------------ file
     def _open(self) -> int:
         if self._fd is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=modes(self.share).dir)
+            self._fd = open_append(self.path, self.share)  # never through a symlink
             self._size = os.fstat(self._fd).st_size
             self._write({"event": "start", "pid": os.getpid(), **_origin()})
         return self._fd
@@ -108,6 +120,8 @@ class JsonlSink:
 
     def _write(self, event: dict[str, Any]) -> None:
         event = {**event, "time": round(time.time(), 3), "rank": self.rank}
+        if event["event"] != "sample":  # samples are numbers under metric names
+            event = redact_obj(event)
         line = (json.dumps(jsonable(event), separators=(",", ":"), allow_nan=False)
                 + "\n").encode()
         fd = self._fd if self._fd is not None else self._open()
@@ -156,6 +170,32 @@ def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
                 except ValueError:
                     continue
     return out
+
+
+def _check_path(p: Path) -> None:
+    """ConfigError when the log's path is not safe to write (see the module doc)."""
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise ConfigError(f"JsonlSink path={str(p)!r} cannot be checked ({e}).") from None
+    uid = os.geteuid()
+    if st is not None and (not stat.S_ISREG(st.st_mode) or st.st_uid != uid
+                           or st.st_nlink != 1):
+        what = ("a symlink" if stat.S_ISLNK(st.st_mode) else
+                "not a regular file" if not stat.S_ISREG(st.st_mode) else
+                f"owned by uid {st.st_uid}" if st.st_uid != uid else "a file with other names")
+        raise ConfigError(f"JsonlSink path={str(p)!r} is {what}: memwatch writes its log only "
+                          "to a file of its own; remove it or pass another path.")
+    try:  # a missing folder is created private (mode 0700) when the log is opened
+        pst = os.stat(p.parent)
+    except OSError:
+        return
+    try:
+        check_dir_stat(pst, str(p.parent))
+    except UnsafePathError as e:
+        raise ConfigError(f"JsonlSink path={str(p)!r}: {e}.") from None
 
 
 def _origin() -> dict[str, Any]:

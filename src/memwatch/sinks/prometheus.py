@@ -18,7 +18,12 @@ series                                                     meaning
 =========================================================  =====================================
 
 Metric names (``host.rss``...) are the timeline's; values are bytes (Prometheus' convention:
-base units, no ``_gib``). NaN readings are skipped (the gauge keeps its previous value).
+base units, no ``_gib``). NaN readings are skipped (the gauge keeps its previous value). Label
+values pass through the same redaction as everything else memwatch lets out.
+
+The HTTP server (:class:`memwatch.sinks.prometheus_server.MetricsServer`) gives every client 5
+seconds in all and keeps at most 64 connections: an idle or slow client never stops a scrape,
+and ``close()`` returns within a second whatever the clients do.
 
 Example::
 
@@ -36,27 +41,23 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import math
 import os
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from memwatch.core.errors import ConfigError
 from memwatch.core.metrics import is_count
 from memwatch.core.optional import require
 from memwatch.core.protocols import CheckReport
+from memwatch.core.redact import redact_text
+from memwatch.sinks.prometheus_server import MetricsServer
 
 __all__ = ["PrometheusSink"]
 
 prometheus_client = require("prometheus_client", extra="prometheus", who=__name__)
-
-
-class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        return None  # a scrape every 15 s must not print a line to the training log
 
 
 class PrometheusSink:
@@ -100,25 +101,23 @@ class PrometheusSink:
             ["trigger", "classification", "rank"], registry=reg)
         self.addr = addr
         self.port: int | None = None
-        self._server: WSGIServer | None = None
-        self._thread: threading.Thread | None = None
+        self._server: MetricsServer | None = None
         if serve:
             self._serve(port + int(os.environ.get("LOCAL_RANK", "0") or 0) if port else 0)
 
+    def _render(self) -> tuple[bytes, str]:
+        return (prometheus_client.generate_latest(self.registry),
+                str(prometheus_client.CONTENT_TYPE_LATEST))
+
     def _serve(self, port: int) -> None:
-        app = prometheus_client.make_wsgi_app(self.registry)
         try:
-            server = make_server(self.addr, port, app, handler_class=_QuietHandler)
+            self._server = MetricsServer(self.addr, port, self._render)
         except OSError as e:
             raise ConfigError(
                 f"PrometheusSink could not listen on {self.addr}:{port} ({e}); pass another "
                 "port=..., or port=0 for any free port."
             ) from e
-        self._server = server
-        self.port = int(server.server_address[1])
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="memwatch-prometheus", daemon=True)
-        self._thread.start()
+        self.port = self._server.port
 
     # ------------------------------------------------------------------ sink protocol
     def on_metrics(self, step: int, sample: Mapping[str, float]) -> None:
@@ -126,27 +125,36 @@ class PrometheusSink:
             if value is None or math.isnan(value):
                 continue
             g = self.count if is_count(metric) else self.bytes
-            g.labels(metric=metric, rank=self.rank).set(float(value))
+            g.labels(metric=_label(metric), rank=self.rank).set(float(value))
         self.step.labels(rank=self.rank).set(step)
 
     def on_check(self, report: CheckReport) -> None:
         if report.stage == "train" and report.at == "epoch_end":
             self.epoch.labels(rank=self.rank).set(report.epoch + 1)
         for f in report.findings:
-            self.findings.labels(kind=f.kind, severity=f.severity, rank=self.rank).inc()
+            self.findings.labels(kind=_label(f.kind), severity=_label(f.severity),
+                                 rank=self.rank).inc()
             if f.steps_to_oom is not None and math.isfinite(f.steps_to_oom):
-                self.steps_to_oom.labels(metric=f.metric, rank=self.rank).set(f.steps_to_oom)
+                self.steps_to_oom.labels(metric=_label(f.metric), rank=self.rank).set(
+                    f.steps_to_oom)
 
     def on_bundle(self, path: Path, manifest: Mapping[str, Any]) -> None:
-        self.bundles.labels(trigger=str(manifest.get("trigger")),
-                            classification=str(manifest.get("classification")),
+        self.bundles.labels(trigger=_label(manifest.get("trigger")),
+                            classification=_label(manifest.get("classification")),
                             rank=self.rank).inc()
 
     def close(self) -> None:
+        """Stop the exporter (within a second, whatever its clients do)."""
         server, self._server = self._server, None
         if server is not None:
-            server.shutdown()
-            server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+            server.close()
+
+
+def _label(value: Any) -> str:
+    """A label value as it may leave the process: redacted, and of bounded length."""
+    return _clean_label(str(value))
+
+
+@functools.lru_cache(maxsize=1024)  # metric names are few: redacted once each
+def _clean_label(value: str) -> str:
+    return redact_text(value)[:200]
