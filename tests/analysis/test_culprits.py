@@ -79,12 +79,13 @@ def test_string_dict_weighed() -> None:
         step_log[f"step {i}"] = "x" * 5000
     assert not __import__("gc").is_tracked(step_log)  # a dict of str: CPython untracks it
     c1 = C.take_census()
-    # a local, untracked dict is not found (only globals and user instances are looked at) ...
-    assert id(step_log) not in c1.containers
+    # a local of a running user function, untracked, is found (issue 23: a new user's first
+    # leak is often a dict in main()) ...
+    assert c1.containers[id(step_log)] == (200, "dict")
     holder = Holder()
     holder.log = step_log
     c2 = C.take_census()
-    # ... but held by an instance of a user class, it is, and weighed in bytes
+    # ... and so it is held by an instance of a user class, and weighed in bytes
     grown = [g for g in W.container_growth(c0.containers, c2.containers)
              if g.obj_id == id(step_log)]
     assert grown and grown[0].len_delta == 200

@@ -21,7 +21,8 @@ import logging
 from memwatch.analysis.context import AnalyzerConfig, CheckContext, Evidence
 from memwatch.analysis.culprits.evidence import CensusPair
 from memwatch.analysis.rules import RULES, Rule, RuleInput, dedupe
-from memwatch.analysis.stats.held import floor_rose
+from memwatch.analysis.stats.held import floor_rose, verdict
+from memwatch.analysis.stats.settle import workers_settled_step
 from memwatch.analysis.stats.shapes import EpochStats, epoch_stats, last_value
 from memwatch.core.findings import Finding
 from memwatch.timeline import EpochSummary
@@ -30,6 +31,8 @@ log = logging.getLogger("memwatch")
 
 # Metrics judged for leaks; the others are evidence.
 LEAK_METRICS = ("device.allocated", "host.rss", "workers.uss")
+# Metrics whose growth live objects may explain: a census is worth taking when they grow.
+_SUSPECTS = ("device.allocated", "host.rss", "host.rss_anon", "host.malloc_in_use")
 # The leak metrics, plus the ones their verdicts and forecasts lean on.
 _JUDGED = ("device.allocated", "device.reserved", "device.peak", "host.rss", "workers.uss",
            "workers.rss", "workers.count", "host.rss_anon", "host.rss_file", "host.rss_shmem",
@@ -111,13 +114,7 @@ class Analyzer:
                     # Closed epochs were flat inside: this epoch's segments, after them.
                     stats[m], judged[m] = seg, [*closed[-2:], *self.segments[m]]
 
-        # Suspected growth (a census is then worth its cost): a trend or a jump, or a floor
-        # above the previous unit's. The census at the check *before* a verdict is what lets the
-        # verdict tell user code from native growth.
-        suspects = {m for m, st in stats.items() if not m.startswith("workers.") and (
-            st.shape in ("growing", "step") or st.rise > st.threshold
-            or floor_rose(judged.get(m, [])))}
-        pair = self._maybe_census(summary, ctx, bool(suspects))
+        pair = self._maybe_census(summary, ctx, self._census_reason(stats, judged))
 
         inp = RuleInput(summary=summary, history=judged, stats=stats, ctx=ctx, cfg=cfg,
                         evidence=self.evidence, pair=pair)
@@ -133,8 +130,12 @@ class Analyzer:
         return getattr(self.evidence, "last_census_ms", None)
 
     def _stats(self, summary: EpochSummary, metric: str, first: bool) -> EpochStats | None:
-        shape_cfg = self._worker_shape if metric.startswith("workers.") else self.config.shape
-        return epoch_stats(summary, metric, shape_cfg, first_epoch=first)
+        if metric.startswith("workers."):
+            # From where every worker of the unit was up: their start-up is no evidence.
+            start = workers_settled_step(summary, self._worker_shape.min_growth_bytes)
+            return epoch_stats(summary, metric, self._worker_shape, first_epoch=first,
+                               start_step=start)
+        return epoch_stats(summary, metric, self.config.shape, first_epoch=first)
 
     def _add(self, summary: EpochSummary, into: dict[str, list[EpochStats]],
              first: bool | None = None) -> dict[str, EpochStats]:
@@ -154,20 +155,49 @@ class Analyzer:
         return out
 
     # ------------------------------------------------------------------ census scheduling
+    def _census_reason(self, stats: dict[str, EpochStats],
+                       judged: dict[str, list[EpochStats]]) -> str | None:
+        """Why a census is worth its cost now (None: no reason).
+
+        * ``"verdict"``: a leak metric's growth is held at this check (a leak verdict to
+          name: its holder needs this census and the previous one);
+        * ``"growing"``: a leak metric grows steadily in this unit (the census at the check
+          *before* a verdict is the baseline the verdict diffs; a warm-up levels off, so it is
+          a plateau or a step, not steady growth);
+        * ``"hint"``: a weaker sign (a jump, a floor above the previous unit's, a rise within
+          the unit): worth a census only within the cost budget.
+        """
+        reason = None
+        for m in _SUSPECTS:
+            st, hist = stats.get(m), judged.get(m, [])
+            if st is None:
+                continue
+            if len(hist) >= 2 and verdict(hist, self.config) == "leak":
+                return "verdict"
+            if st.shape == "growing":
+                reason = "growing"
+            elif reason is None and (st.shape == "step" or st.rise > st.threshold
+                                     or floor_rose(hist)):
+                reason = "hint"
+        return reason
+
     def _maybe_census(self, summary: EpochSummary, ctx: CheckContext,
-                      suspected: bool) -> CensusPair | None:
-        """A census now? ``always``; ``auto``: when growth is suspected, or at an epoch end when
-        the heap is small enough to be cheap (by its object count at the last census: never by
-        the wall time, so that a busy machine takes the same censuses as a quiet one). Inside
-        an epoch, ``auto`` takes one only when growth is suspected: the census is nearly all of
-        a check's cost, and a flat segment needs none (the census at the check where growth
-        is first suspected is the baseline the next check's verdict compares with)."""
+                      reason: str | None) -> CensusPair | None:
+        """A census now? ``always``: yes; ``never``: no; ``auto``: when the series gives a reason
+        (:meth:`_census_reason`) — a verdict to name or steady growth always (the diagnosis is
+        worth its cost), a weaker hint only within the session's cost budget (its estimate:
+        objects to walk times this run's measured seconds per object; never how long the last
+        check took). A clean run with a flat series takes none."""
         if ctx.census in ("never", "skip"):
             return None
-        if ctx.census == "auto" and not (suspected and self.config.census_when_suspected):
-            if ctx.at != "epoch_end":
+        if ctx.census == "auto" and reason != "verdict":
+            # Growth alone: worth a census unless the heap is past census_max_objects (then
+            # only a verdict to name takes one); a hint only within the budget.
+            if reason is None or not self.config.census_when_suspected or \
+                    self.evidence.object_count() > self.config.census_max_objects:
                 return None
-            if self.evidence.object_count() > self.config.census_max_objects:
+            if reason == "hint" and ctx.budget is not None and \
+                    not ctx.budget(self.evidence.census_cost()):
                 return None
         # The tracemalloc snapshot of this check ran gc.collect() a moment ago; while tracing,
         # its allocation sites replace the per-type object counts (see take_census).

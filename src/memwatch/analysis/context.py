@@ -48,8 +48,11 @@ class AnalyzerConfig:
     # it within this many more checks (epochs, or stretches between checks) is critical: it
     # dies before memwatch speaks again. Slower growth is information.
     critical_checks: float = 2.0
-    census_max_objects: int = 1_000_000  # auto census: when the heap holds at most this many ...
-    census_when_suspected: bool = True  # ... or when growth is suspected
+    # census="auto" takes a census when the series gives a reason: a leak verdict to name
+    # (always), steady growth (when the heap holds at most census_max_objects objects), a weaker
+    # hint (also within the session's cost budget). census_when_suspected=False: verdicts only.
+    census_max_objects: int = 1_000_000
+    census_when_suspected: bool = True
     holder_budget_s: float = 5.0  # time allowed to name holders at one epoch end
     retention_explained: float = 0.2  # host growth explained by objects below this share
     # Host RSS growth of which file-backed pages are at least this share is judged in parts:
@@ -134,6 +137,9 @@ class CheckContext:
     #: The device allocator's snapshot, when its history is recorded (``record_history=True``):
     #: a device leak's tensors are joined to where they were allocated. None: not recorded.
     device_snapshot: Callable[[], Any] | None = None
+    #: May optional work of this many seconds run now (the session's cost budget,
+    #: :class:`memwatch.core.costs.Costs`)? None: always.
+    budget: Callable[[float], bool] | None = None
 
     def __post_init__(self) -> None:
         if self.census not in CENSUS_MODES:
@@ -171,6 +177,11 @@ class Evidence(Protocol):
         """Objects the garbage collector tracks now (what a census would walk)."""
         ...
 
+    def census_cost(self) -> float:
+        """Seconds a census would take now: objects to walk times the seconds per object the
+        censuses of this run measured."""
+        ...
+
     def census(self, *, collect: bool, count_types: bool, epoch: int, step: int,
                rss: float) -> CensusPair | None:
         """Take a census now and keep it; the censuses of this check and the previous one
@@ -186,6 +197,11 @@ class Evidence(Protocol):
 
     def loaders_with_workers(self) -> tuple[int, Holder | None]:
         """Live DataLoaders whose worker processes run, and the holder of the oldest."""
+        ...
+
+    def dataset_bytes(self) -> float | None:
+        """What reading the Datasets of the DataLoaders with live workers would write (their
+        Python objects' memory, buffers left out); None when no such loader is found."""
         ...
 
     def mapped_files(self) -> list[tuple[str, float]] | None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memwatch.analysis.context import CheckContext
+from memwatch.core.costs import Costs
 from memwatch.core.findings import Finding, Origin
 from memwatch.core.protocols import CheckReport, SessionView
 from memwatch.runtime.dispatch import SinkSet
@@ -54,7 +55,8 @@ class Checker:
     def __init__(self, config: WatchConfig, view: SessionView,
                  disabled: Callable[[str], bool],
                  disable: Callable[[str, BaseException], None], *, sinks: SinkSet,
-                 runtime: Runtime, sampling: Sampling, scheduler: Scheduler) -> None:
+                 runtime: Runtime, sampling: Sampling, scheduler: Scheduler,
+                 costs: Costs | None = None) -> None:
         from memwatch.runtime.exchange import rank_info
 
         self._config = config
@@ -65,6 +67,7 @@ class Checker:
         self._runtime = runtime
         self._sampling = sampling
         self._scheduler = scheduler
+        self._costs = costs if costs is not None else Costs()
         self._warner = FindingWarner()
         self.analyzer: Any = None
         self.findings: list[Finding] = []
@@ -88,8 +91,10 @@ class Checker:
     def start_analyzer(self) -> None:
         try:
             from memwatch.analysis import Analyzer
+            from memwatch.analysis.culprits.live import LiveEvidence
 
-            self.analyzer = Analyzer(self._config.analyzer_config)
+            self.analyzer = Analyzer(self._config.analyzer_config,
+                                     evidence=LiveEvidence(self._costs))
         except Exception as e:  # noqa: BLE001
             self._disable("analyzer", e)
 
@@ -188,6 +193,20 @@ class Checker:
     def check(self, summary: EpochSummary | None, at: str, epoch: int,
               partial: EpochSummary | None = None, exchange: bool = True) -> list[Finding]:
         """One check of ``summary``: the verdicts, the watchdog, the sinks; the new findings."""
+        t0, before = time.perf_counter(), self._inside()
+        try:
+            return self._check(summary, at, epoch, partial, exchange)
+        finally:
+            # What the parts the check ran did not count themselves (census, holders, the
+            # tracemalloc snapshot): the verdicts, the sinks' reports, the slow refresh.
+            self._costs.add("verdicts", time.perf_counter() - t0 - (self._inside() - before))
+
+    def _inside(self) -> float:
+        s = self._costs.seconds
+        return s.get("census", 0.0) + s.get("attribution", 0.0) + s.get("tracemalloc", 0.0)
+
+    def _check(self, summary: EpochSummary | None, at: str, epoch: int,
+               partial: EpochSummary | None, exchange: bool) -> list[Finding]:
         defer = at == "interval" and self._defer_leaks()
         new = self.judge(summary, at, epoch, partial=partial, defer_leaks=defer,
                          device_snapshot=self._device_snapshot(), exchange=exchange)
@@ -240,8 +259,9 @@ class Checker:
         trace = None
         if summary is not None and self.tracer is not None:
             try:  # before the analyzer, which reads the diff (keyed by the check)
-                trace = self.tracer.epoch_end(origin.check, self._view.step_count,
-                                              self._view.latest().get("host.rss"))
+                with self._costs.timed("tracemalloc"):
+                    trace = self.tracer.epoch_end(origin.check, self._view.step_count,
+                                                  self._view.latest().get("host.rss"))
             except Exception as e:  # noqa: BLE001
                 self.stop_tracer(e)
         new: list[Finding] = []
@@ -274,7 +294,7 @@ class Checker:
             horizon_s=self._config.horizon_s, defer_leaks=defer_leaks,
             device_kind=getattr(view.device, "kind", "cuda") or "cuda",
             census=census or self._config.census, trace=trace, tracing=tracing,
-            collected=collected, device_snapshot=device_snapshot)
+            collected=collected, device_snapshot=device_snapshot, budget=self._costs.allows)
 
     def keep(self, new: list[Finding], before: bool = False) -> None:
         """Add findings to :attr:`findings` (``before``: restored ones, older than these),

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from memwatch.core.costs import Costs
 from memwatch.probes import procfs
 from memwatch.probes.base import DeviceProbe, Probe
 from memwatch.session.config import WatchConfig
@@ -43,9 +44,11 @@ class Sampling:
         step_count: samples recorded (optimizer steps), counting on across a resume.
     """
 
-    def __init__(self, config: WatchConfig, disable: Callable[[str, BaseException], None]) -> None:
+    def __init__(self, config: WatchConfig, disable: Callable[[str, BaseException], None],
+                 costs: Costs) -> None:
         self._config = config
         self._disable = disable
+        self._costs = costs
         self.device: DeviceProbe | None = None
         self.probes: list[Probe] = []
         self.timeline: Timeline | None = None
@@ -71,7 +74,7 @@ class Sampling:
         self.slow.poll()  # values exist from the first step on
         cg = self.probe("cgroup")  # the baseline every later OOM-kill count is compared with
         self._oom_kills_at_start = cg.oom_kills() if cg is not None else None
-        self.sampler = BackgroundSampler(self.slow, cfg.interval_s)
+        self.sampler = BackgroundSampler(self.slow, cfg.interval_s, costs=self._costs)
         self.sampler.start()
 
     def _bind(self) -> None:

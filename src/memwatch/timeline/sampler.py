@@ -13,8 +13,10 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Sequence
 
+from memwatch.core.costs import Costs
 from memwatch.probes.base import Probe
 
 log = logging.getLogger("memwatch")
@@ -61,11 +63,24 @@ class SlowReader:
 
 
 class BackgroundSampler:
-    """Runs :meth:`SlowReader.poll` every ``interval_s`` seconds on a daemon thread."""
+    """Runs :meth:`SlowReader.poll` every ``interval_s`` seconds on a daemon thread.
 
-    def __init__(self, reader: SlowReader, interval_s: float) -> None:
+    A pass costs CPU in proportion to what it reads (``smaps_rollup`` walks the page tables of
+    this process and of each worker: about 20 ms per GiB of RSS). The wait after a pass is
+    stretched so that passes take at most ``share`` of one core: ``max(interval_s, cpu /
+    share)``, from the pass's own CPU time (``time.thread_time``: not inflated by other
+    processes, so a busy machine samples as often as a quiet one). ``costs`` records the
+    passes' and the black box's CPU seconds.
+    """
+
+    def __init__(self, reader: SlowReader, interval_s: float, costs: Costs | None = None,
+                 share: float = 0.005) -> None:
         self.reader = reader
         self.interval_s = interval_s
+        self.share = share
+        self.costs = costs
+        #: The wait after the latest pass (``interval_s``, or longer for a costly pass).
+        self.wait_s = interval_s
         #: Called on this thread after each pass (the black box's rewrite); must not raise.
         self.after_poll: Callable[[], None] | None = None
         self._stop = threading.Event()
@@ -79,11 +94,18 @@ class BackgroundSampler:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._stop.wait(self.wait_s):
             try:
+                c0 = time.thread_time()
                 self.reader.poll()
+                c1 = time.thread_time()
                 if self.after_poll is not None:
                     self.after_poll()
+                c2 = time.thread_time()
+                if self.costs is not None:
+                    self.costs.add("background reads", c1 - c0)
+                    self.costs.add("black box", c2 - c1)
+                self.wait_s = max(self.interval_s, min((c2 - c0) / self.share, 60.0))
             except Exception:  # noqa: BLE001 - the thread must survive anything
                 log.warning("memwatch: background sampler pass failed", exc_info=True)
 

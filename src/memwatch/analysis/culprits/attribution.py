@@ -145,9 +145,12 @@ def attribute(metric: str, cur: EpochStats, pair: CensusPair | None,
         # invisible (tensors whose native memory the census cannot see).
         steps = max(rec.step - prev.step, 1) if rec.step > prev.step else max(cur.n_steps, 1)
         # (Not for a weighed container: its bytes are known, a list of floats gaining one a
-        # step is no explanation for kilobytes a step.)
+        # step is no explanation for kilobytes a step. Nor for autograd nodes: their bytes are
+        # counted, and the graph of the step in progress, alive at the census, is a few dozen
+        # to a few hundred nodes whatever the interval: with checks every 16 steps it would
+        # pass for one node a step.)
         per_step = out.holder is not None and out.group is not None and \
-            out.chosen.per_check() >= 0.5 * steps
+            out.group.count_delta >= 0.5 * steps
         # A graph walk cut at its node budget no longer sees the graph grow: no verdict of
         # retention on a census that could not see it.
         cut = rec.census.graph_truncated

@@ -18,12 +18,18 @@ from memwatch.analysis.context import AnalyzerConfig, CheckContext
 from memwatch.analysis.culprits import census as census_mod
 from memwatch.analysis.culprits.attribution import attribute
 from memwatch.analysis.culprits.evidence import Attribution, CensusPair, CensusRecord, Holder
-from memwatch.analysis.culprits.loaders import loaders_with_workers
+from memwatch.analysis.culprits.loaders import dataset_bytes, loaders_with_workers
 from memwatch.analysis.culprits.traced import attribute_traced
 from memwatch.analysis.stats.shapes import EpochStats
+from memwatch.core.costs import Costs
 from memwatch.probes import procfs
 
 __all__ = ["LiveEvidence"]
+
+#: Seconds per object walked, until this run's first census measured its own: a census walks
+#: about a million objects a second on the development machine (see benchmarks/
+#: bench_census_walks.py); a guess on the safe side.
+_SECONDS_PER_OBJECT = 1e-6
 
 log = logging.getLogger("memwatch")
 
@@ -42,8 +48,9 @@ class LiveEvidence:
         ([10, 20], True)
     """
 
-    def __init__(self) -> None:
+    def __init__(self, costs: Costs | None = None) -> None:
         self._censuses: list[CensusRecord] = []
+        self._costs = costs if costs is not None else Costs()
         #: Objects the last census walked (None until one ran).
         self.last_objects: int | None = None
         #: Milliseconds the last census took (None until one ran).
@@ -54,10 +61,16 @@ class LiveEvidence:
             return self.last_objects
         return len(gc.get_objects())
 
+    def census_cost(self) -> float:
+        per_object = (self.last_census_ms / 1000.0 / self.last_objects
+                      if self.last_census_ms and self.last_objects else _SECONDS_PER_OBJECT)
+        return self.object_count() * per_object
+
     def census(self, *, collect: bool, count_types: bool, epoch: int, step: int,
                rss: float) -> CensusPair | None:
         try:
-            c = census_mod.take_census(collect=collect, count_types=count_types)
+            with self._costs.timed("census"):
+                c = census_mod.take_census(collect=collect, count_types=count_types)
         except Exception as e:  # noqa: BLE001
             log.warning("memwatch: tensor census failed (%s); culprits will not be named", e)
             return None
@@ -71,13 +84,18 @@ class LiveEvidence:
     def attribute(self, metric: str, cur: EpochStats, pair: CensusPair | None,
                   ctx: CheckContext, cfg: AnalyzerConfig, growth: float,
                   trace: Any = None) -> Attribution:
-        out = attribute(metric, cur, pair, ctx, cfg, growth=growth)
-        if trace is not None:
-            attribute_traced(out, cur, trace, cfg)
+        with self._costs.timed("attribution"):
+            out = attribute(metric, cur, pair, ctx, cfg, growth=growth)
+            if trace is not None:
+                attribute_traced(out, cur, trace, cfg)
         return out
 
     def loaders_with_workers(self) -> tuple[int, Holder | None]:
         return loaders_with_workers()
+
+    def dataset_bytes(self) -> float | None:
+        with self._costs.timed("attribution"):
+            return dataset_bytes()
 
     def mapped_files(self) -> list[tuple[str, float]] | None:
         """The data files most resident now (one ``smaps`` read, milliseconds: once per

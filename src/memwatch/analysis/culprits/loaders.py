@@ -10,17 +10,18 @@ from typing import Any
 
 from memwatch.analysis.culprits.evidence import Holder
 from memwatch.analysis.culprits.holders import holder_of
+from memwatch.analysis.culprits.weigh import Scale
 
-__all__ = ["loaders_with_workers"]
+__all__ = ["dataset_bytes", "loaders_with_workers"]
 
 
-def loaders_with_workers() -> tuple[int, Holder | None]:
-    """(live DataLoaders whose workers run, the holder of the oldest of them)."""
+def _live_loaders() -> list[Any]:
+    """The DataLoaders whose worker processes run now (one pass over the collector's objects)."""
     torch = sys.modules.get("torch")
     data = getattr(getattr(torch, "utils", None), "data", None) if torch is not None else None
     loader_type = getattr(data, "DataLoader", None)
     if loader_type is None:
-        return 0, None
+        return []
     live: list[Any] = []
     is_loader: dict[type, bool] = {}
     for o in gc.get_objects():
@@ -30,6 +31,28 @@ def loaders_with_workers() -> tuple[int, Holder | None]:
             t = is_loader[tp] = issubclass(tp, loader_type)
         if t and _has_live_workers(o):
             live.append(o)
+    return live
+
+
+def dataset_bytes() -> float | None:
+    """What reading the Datasets of the DataLoaders with live workers would write: their
+    Python objects' own memory (weighed on a sample, buffers left out), the largest of them
+    (each worker reads its own loader's Dataset); None when no such loader is found."""
+    live = _live_loaders()
+    if not live:
+        return None
+    scale = Scale(pages=True)
+    try:
+        return float(max(scale.weigh(getattr(o, "dataset", None), budget=20_000)
+                         for o in live))
+    finally:
+        scale.close()
+        live.clear()
+
+
+def loaders_with_workers() -> tuple[int, Holder | None]:
+    """(live DataLoaders whose workers run, the holder of the oldest of them)."""
+    live = _live_loaders()
     n = len(live)
     if not live:
         return 0, None

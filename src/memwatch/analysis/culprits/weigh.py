@@ -38,6 +38,8 @@ ELEMENT_BUDGET = 2000
 #: A container met while weighing with more items than this is weighed by an even sample of
 #: this many items, scaled to its length.
 BIG_CONTAINER = 64
+_PAGE = 4096  # what reading a large str/bytes object writes: its header's page
+_HEADER = 112  # an array's or a tensor's Python object, without its buffer
 
 CONTAINER_TYPES: dict[type, str] = {
     list: "list",
@@ -154,9 +156,14 @@ def _is_tensor(x: Any) -> bool:
 
 
 class Scale:
-    """Weighs objects deeply, counting each object (and each storage / array buffer) once."""
+    """Weighs objects deeply, counting each object (and each storage / array buffer) once.
 
-    def __init__(self, graph: graphs.GraphWalk | None = None) -> None:
+    ``pages=True`` weighs what *reading* the objects would write (copy-on-write in a forked
+    worker): Python objects' own memory, never the buffers of arrays, tensors, bytes and
+    strings beyond their first page (reading changes a reference count, in the header)."""
+
+    def __init__(self, graph: graphs.GraphWalk | None = None, pages: bool = False) -> None:
+        self.pages = pages
         self.seen: set[int] = set()
         self.storages: set[tuple[str, int]] = set()
         self.graph = graph if graph is not None else graphs.GraphWalk(max_nodes=20_000)
@@ -178,6 +185,10 @@ class Scale:
             keep.append(o)
             budget -= 1
             tp = type(o)
+            if self.pages and (self._tensor is not None and isinstance(o, self._tensor) or
+                               self._ndarray is not None and isinstance(o, self._ndarray)):
+                total += _HEADER
+                continue
             if self._tensor is not None and isinstance(o, self._tensor):
                 total += self._tensor_bytes(o)
                 continue
@@ -192,7 +203,8 @@ class Scale:
             if tp in _SHARED:
                 continue  # classes, modules, functions: the program's, not the growth's
             try:
-                total += sys.getsizeof(o)
+                size = sys.getsizeof(o)
+                total += min(size, _PAGE) if self.pages and isinstance(o, _ATOMS) else size
             except Exception:  # noqa: BLE001 - objects whose __sizeof__ fails
                 pass
             if isinstance(o, _ATOMS):
@@ -212,7 +224,8 @@ class Scale:
             elif isinstance(o, dict):
                 stack.extend(o.keys())
                 stack.extend(o.values())
-            elif is_user_type(tp):
+            elif self.pages or is_user_type(tp):
+                # (what a worker reads may be any library's object: an ImageFolder's samples)
                 try:
                     d = object.__getattribute__(o, "__dict__")
                 except Exception:  # noqa: BLE001

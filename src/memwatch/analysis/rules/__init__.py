@@ -21,7 +21,14 @@ distributed job, run after the check's exchange rather than on one process's sum
 
 from __future__ import annotations
 
-from memwatch.analysis.rules import fragmentation, leak, near_oom, outside_allocator, workers
+from memwatch.analysis.rules import (
+    copy_on_write,
+    fragmentation,
+    leak,
+    near_oom,
+    outside_allocator,
+    workers,
+)
 from memwatch.analysis.rules.base import Rule, RuleInput, dedupe
 
 __all__ = ["RULES", "Rule", "RuleInput", "dedupe"]
@@ -30,6 +37,7 @@ __all__ = ["RULES", "Rule", "RuleInput", "dedupe"]
 RULES: tuple[Rule, ...] = (
     leak.RULE,
     workers.RULE,
+    copy_on_write.RULE,
     fragmentation.RULE,
     outside_allocator.RULE,
     near_oom.RULE,

@@ -12,7 +12,7 @@ Example (a rule is a value; :data:`memwatch.analysis.rules.RULES` lists the ones
 
     >>> from memwatch.analysis.rules import RULES
     >>> [r.name for r in RULES]
-    ['leak', 'workers', 'fragmentation', 'outside_allocator', 'near_oom']
+    ['leak', 'workers', 'copy_on_write', 'fragmentation', 'outside_allocator', 'near_oom']
     >>> sorted(RULES[0].kinds)[:3]
     ['accumulation', 'allocator_retention', 'leak']
 """

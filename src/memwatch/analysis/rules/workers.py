@@ -1,17 +1,16 @@
-"""DataLoader workers: per-worker growth (a leak in the Dataset) or copy-on-write (not a leak).
+"""DataLoader workers: each worker accumulating its own state (a leak in the Dataset).
 
-Worker USS rising while worker RSS stays flat is copy-on-write: forked workers turn shared pages
-private one by one as Python touches the parent's objects (pytorch#13246); it stops when every
-page has been copied. USS and RSS rising together is each worker accumulating its own state.
+USS and RSS rising together, held across checks, is each worker accumulating its own state (a
+cache filled in ``__getitem__``). USS rising while RSS stays flat is copy-on-write, not a leak
+(:mod:`.copy_on_write`); more workers rather than bigger ones is :mod:`.worker_count`. The
+statistics start where every worker of a unit was up (:mod:`memwatch.analysis.stats.settle`),
+so a leak in workers that start in epoch 0 is confirmed at the second check after they start.
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
-
-from memwatch.analysis.context import AnalyzerConfig
 from memwatch.analysis.rules import worker_count
 from memwatch.analysis.rules.base import Rule, RuleInput
 from memwatch.analysis.rules.leak import accumulation, plateau
@@ -21,7 +20,6 @@ from memwatch.analysis.stats.held import verdict
 from memwatch.analysis.stats.shapes import EpochStats, last_value
 from memwatch.core.findings import Finding, Origin, Severity
 from memwatch.core.units import fmt_bytes
-from memwatch.timeline import EpochSummary
 
 __all__ = ["RULE", "judge"]
 
@@ -45,19 +43,10 @@ def judge(inp: RuleInput) -> list[Finding]:
         # old DataLoaders), never "each worker accumulates its own state".
         f = worker_count.judge(history, ctx, cfg, inp.evidence.loaders_with_workers)
         return [f] if f is not None else []
-    uss_gain = max(cur.rise, cur.growth)
-    rss_gain = max(rss.rise, rss.growth) if rss is not None else 0.0
-    copied = _cow_floor(cur, summary, cfg, int(count))
-    cow = uss_gain if cur.shape in ("growing", "plateau") and uss_gain > cur.threshold and \
-        rss_gain < 0.25 * uss_gain and uss_gain >= copied else 0.0
-    if not cow and len(hist) == 1:
-        cow = _first_unit_cow(summary, cur, cfg, copied)
-    if cow:
-        return [worker_cow(ctx.origin, metric, cur, rss, int(count), cow)]
-    # Three units of evidence for workers: their warm-up often spans the first two. Units in
-    # which workers were still starting (the count's floor below today's) are no evidence.
+    # Units in which workers of today were not all up yet are no evidence (their statistics
+    # already start where every worker of the unit was up).
     steady = _steady(hist, history.get(worker_count.COUNT, []))
-    v = verdict(steady, cfg) if len(steady) >= 3 else "pending"
+    v = verdict(steady, cfg) if len(steady) >= 2 else "pending"
     if v == "leak" and not _private_growth(steady, rss_hist):
         v = "none"  # USS up, RSS not: shared pages copied one by one, not new memory
     if v == "leak":
@@ -73,9 +62,15 @@ def judge(inp: RuleInput) -> list[Finding]:
     if v == "accumulation":
         prev = steady[-2] if len(steady) > 1 else None
         return [accumulation(ctx.origin, metric, cur, prev)]
-    if cur.shape == "plateau":
+    if cur.shape == "plateau" and not _copying(cur, rss):
         return [plateau(ctx.origin, metric, cur)]
     return []
+
+
+def _copying(cur: EpochStats, rss: EpochStats | None) -> bool:
+    """USS levelled off while RSS did not rise with it: copy-on-write's to say."""
+    rss_gain = max(rss.rise, rss.growth) if rss is not None else 0.0
+    return rss_gain < 0.5 * max(cur.rise, cur.growth)
 
 
 def _steady(hist: list[EpochStats], counts: list[EpochStats]) -> list[EpochStats]:
@@ -101,57 +96,6 @@ def _private_growth(hist: list[EpochStats], rss_hist: list[EpochStats]) -> bool:
     uss_up = cur.lo_end - prev.floor
     rss_up = rc.lo_end - rp.floor
     return uss_up <= 0 or rss_up >= 0.5 * uss_up
-
-
-def _cow_floor(cur: EpochStats, summary: EpochSummary, cfg: AnalyzerConfig,
-               workers: int) -> float:
-    """The least private growth worth calling copy-on-write: what any info finding needs,
-    ``cow_min_share`` of the job's private memory (this process's USS over the unit, where
-    known, plus the workers'), and ``cow_min_per_worker`` for each worker."""
-    parent = 0.0
-    if "host.uss" in summary.keys:
-        _, uss = summary.series("host.uss", "floor")
-        uss = uss[~np.isnan(uss)]
-        parent = float(np.median(uss)) if len(uss) else 0.0
-    least = max(cfg.shape.min_growth_bytes, cfg.info_min_rel * abs(cur.level))
-    return max(least, cfg.cow_min_share * (max(parent, 0.0) + max(cur.level, 0.0)),
-               cfg.cow_min_per_worker * max(workers, 1))
-
-
-def _first_unit_cow(summary: EpochSummary, cur: EpochStats, cfg: AnalyzerConfig,
-                    copied: float) -> float:
-    """Copy-on-write that saturates inside the first unit: the shape statistics leave out the
-    first unit's warm-up and see little of it, so the raw series decide. The baseline is a tenth
-    of the unit (at least two samples) after every worker is alive, and after their RSS has
-    settled: a worker's own start-up (imports, unpickling, its first batches) copies a few MiB
-    of the parent's pages in any Dataset, and under load the first samples may catch it
-    half-way. Private growth raises RSS as much as USS (ratio 1), copy-on-write raises USS alone
-    (ratio 0): half-way decides. Returns the copied bytes (0.0: none worth a finding)."""
-    try:
-        _, uss = summary.series("workers.uss", "floor")
-        _, rss = summary.series("workers.rss", "floor")
-        _, cnt = summary.series("workers.count", "floor")
-    except (KeyError, ValueError):
-        return 0.0
-    ok = ~(np.isnan(uss) | np.isnan(rss) | np.isnan(cnt))
-    uss, rss, cnt = uss[ok], rss[ok], cnt[ok]
-    if len(uss) < 6:
-        return 0.0
-    full = np.nonzero(cnt >= cnt.max())[0]
-    k = max(2, len(uss) // 10)
-    # ... and not before the workers' RSS has made nine tenths of its rise in the unit: their
-    # start-up allocates private pages (RSS and USS alike), and on a busy machine it lasts
-    # longer than a tenth of the unit.
-    rss_max = float(np.max(rss[full[0]:]))
-    settle = rss_max - max(cfg.shape.min_growth_bytes, 0.1 * (rss_max - float(rss[full[0]])))
-    settled = np.nonzero(rss[full[0]:] >= settle)[0]
-    first = max(int(full[0]) + k, int(full[0]) + int(settled[0]))
-    if first >= len(uss) - k:
-        return 0.0
-    uss_gain = float(np.min(uss[-k:]) - uss[first])
-    rss_gain = float(np.max(rss[first:]) - rss[first])
-    cow = uss_gain > cur.threshold and uss_gain >= copied and rss_gain < 0.5 * uss_gain
-    return uss_gain if cow else 0.0
 
 
 # --------------------------------------------------------------------------- wording
@@ -183,28 +127,6 @@ def worker_leak(origin: Origin, metric: str, stats: list[EpochStats], slope: flo
         evidence={"pattern": "per_worker_growth", "workers": workers,
                   "epoch_floors": [s.floor for s in stats[-6:]],
                   "mann_kendall_p": cur.trend.p},
-    )
-
-
-def worker_cow(origin: Origin, metric: str, cur: EpochStats, rss: EpochStats | None,
-               workers: int, copied: float) -> Finding:
-    msg = (
-        f"{where(metric)} rose by {fmt_bytes(copied)} while their resident "
-        "memory stayed flat: that is copy-on-write, not a leak. Forked workers share the "
-        "parent's pages until they touch them, and Python touches every object it reads "
-        "(reference counts), so shared pages become private one by one (pytorch#13246). It "
-        "stops when every page has been copied; summed RSS counts shared pages once per worker "
-        "and overstates it, USS/PSS are the honest numbers."
-    )
-    return origin.finding(
-        kind="plateau", metric=metric, severity="info", message=msg,
-        culprit=f"copy-on-write of the Dataset's Python objects in {workers} workers",
-        suggestions=[
-            "Keep the dataset in numpy arrays, a memmap or Arrow instead of lists/dicts of "
-            "Python objects: their pages are never written, so they stay shared.",
-        ],
-        evidence={"pattern": "copy_on_write", "workers": workers, "uss_rise": copied,
-                  "rss_rise": rss.rise if rss is not None else None},
     )
 
 

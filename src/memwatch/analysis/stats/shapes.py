@@ -73,13 +73,17 @@ class EpochStats:
 
 
 def epoch_stats(summary: EpochSummary, metric: str, cfg: ShapeConfig,
-                first_epoch: bool) -> EpochStats | None:
+                first_epoch: bool, start_step: int | None = None) -> EpochStats | None:
+    """The statistics of ``metric`` over ``summary`` (from ``start_step`` on, when given: the
+    part before it is no evidence, e.g. DataLoader workers still starting)."""
     if metric not in summary.keys or summary.bucket_floor is None:
         return None
     steps, y = summary.series(metric, "floor")
     _, peaks = summary.series(metric, "peak")
     t = steps.astype(np.float64)
     ok = ~np.isnan(y)
+    if start_step is not None:
+        ok &= steps >= start_step
     t, y, peaks = t[ok], y[ok], peaks[ok]
     if first_epoch and len(y) >= 10:
         drop = max(1, int(math.ceil(len(y) * cfg.warmup_fraction)))

@@ -1,0 +1,39 @@
+"""When a unit's DataLoader workers were all up: the part of a unit in which workers were still
+starting is no evidence about them.
+
+A worker's own start-up (imports, unpickling the Dataset, its first batches) makes its memory
+rise in any training: judging the workers' series from the start of the unit in which they
+started would read that rise as growth. Their statistics start where every worker counted in
+the unit was alive and their resident memory had made nine tenths of its rise (under load the
+start-up lasts longer, so the tail of the rise, not a fixed share of the unit, decides), plus a
+tenth of the unit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from memwatch.timeline import EpochSummary
+
+__all__ = ["workers_settled_step"]
+
+
+def workers_settled_step(summary: EpochSummary, min_growth: float) -> int | None:
+    """The first step of ``summary`` from which its workers were all up and settled; None when
+    the count did not rise within the unit (every worker was alive from its start) or the
+    series are missing."""
+    keys = summary.keys
+    if "workers.count" not in keys or "workers.rss" not in keys or summary.bucket_floor is None:
+        return None
+    steps, cnt = summary.series("workers.count", "floor")
+    _, rss = summary.series("workers.rss", "floor")
+    ok = ~(np.isnan(cnt) | np.isnan(rss))
+    steps, cnt, rss = steps[ok], cnt[ok], rss[ok]
+    if len(cnt) < 6 or cnt.max() <= 0 or cnt[0] >= cnt.max():
+        return None
+    full = int(np.nonzero(cnt >= cnt.max())[0][0])
+    k = max(2, len(cnt) // 10)
+    rss_max = float(np.max(rss[full:]))
+    settle = rss_max - max(min_growth, 0.1 * (rss_max - float(rss[full])))
+    first = full + max(k, int(np.nonzero(rss[full:] >= settle)[0][0]))
+    return int(steps[min(first, len(steps) - 1)])
