@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
+import lightning.pytorch as L
 import pytest
+import torch
 from lightning_helpers import Regressor, column, loader, make_trainer, read_metrics
 
 from memwatch.integrations.lightning import MemWatchCallback, MemWatchWarning
@@ -67,3 +70,66 @@ def test_a_leak_that_is_no_threat_prints_one_line(tmp_path: Path,
     # Lightning's progress bar shows none of memwatch's keys; its loggers get them all.
     assert not [k for k in trainer.progress_bar_metrics if k.startswith("memwatch")]
     assert "memwatch/host.rss_gib" in read_metrics(trainer)[0]
+
+
+class KeepsPredictions(L.Callback):
+    """A user's Callback that keeps every step's outputs "for the end-of-run plot" (1 MiB of
+    float32 a step) in a list of its own: the leak is in the callback, not the model."""
+
+    def __init__(self) -> None:
+        self.outputs: list[torch.Tensor] = []
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        self.outputs.append(torch.full((1 << 18,), float(batch_idx)))
+
+
+class ValidationHoard(Regressor):
+    """Validation keeps 16 MiB of examples at every epoch end and never lets go: training steps
+    see floors that climb epoch after epoch while each epoch is flat inside."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hard_examples: list[torch.Tensor] = []
+
+    def on_validation_epoch_end(self) -> None:
+        self.hard_examples.append(torch.ones(4 << 20))
+
+
+def first_leak_check(cb: MemWatchCallback) -> list[Any]:
+    return [f for f in cb.findings if f.kind == "leak" and f.stage == "train"]
+
+
+def test_a_user_callbacks_list_is_named_at_the_second_check(tmp_path: Path) -> None:
+    keeper = KeepsPredictions()
+    cb = MemWatchCallback(workers=False)
+    trainer = make_trainer(tmp_path, [keeper, cb], max_epochs=3, log_every_n_steps=8)
+    trainer.fit(Regressor(), loader(32), loader(4))
+    leaks = first_leak_check(cb)
+    assert leaks, [f.to_dict() for f in cb.findings]
+    first = leaks[0]
+    assert first.epoch == 1  # the second check: the end of epoch 1
+    # Named where the user keeps it: the callback's list (through the variable that holds the
+    # callback, or the trainer's callbacks), by what it gained since the last check.
+    assert first.culprit is not None and ".outputs (list, " in first.culprit, first.culprit
+    assert "+32 since the last check" in first.culprit
+    assert any("outputs` grows every step" in s for s in first.suggestions), first.suggestions
+
+
+def test_memory_kept_by_validation_hooks_is_a_leak_named_at_the_second_check(
+        tmp_path: Path) -> None:
+    cb = MemWatchCallback(workers=False)
+    model = ValidationHoard()
+    trainer = make_trainer(tmp_path, [cb], max_epochs=4, log_every_n_steps=8)
+    trainer.fit(model, loader(32), loader(4))
+    assert len(model.hard_examples) >= 4  # (and once more in Lightning's sanity check)
+    leaks = first_leak_check(cb)
+    assert leaks, [f.to_dict() for f in cb.findings]
+    first = leaks[0]
+    # Validation of epoch 0 keeps the first block after epoch 0's training steps: epoch 1's
+    # floor is the first to show it, epoch 2's the second.
+    assert first.epoch <= 2, [f.to_dict() for f in leaks]
+    assert first.culprit is not None and "hard_examples (list, " in first.culprit, first.culprit
+    # One block an epoch, not one a step: the advice says so.
+    assert any("`hard_examples` keeps growing (+1 since the last check)" in s
+               for s in first.suggestions), first.suggestions

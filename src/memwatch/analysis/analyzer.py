@@ -31,6 +31,8 @@ log = logging.getLogger("memwatch")
 
 # Metrics judged for leaks; the others are evidence.
 LEAK_METRICS = ("device.allocated", "host.rss", "workers.uss")
+# This process's host memory, which memwatch's own work at checks adds to (judged without it).
+_OWN_GROWTH = ("host.rss", "host.rss_anon", "host.uss", "host.pss")
 # Metrics whose growth live objects may explain: a census is worth taking when they grow.
 _SUSPECTS = ("device.allocated", "host.rss", "host.rss_anon", "host.malloc_in_use")
 # The leak metrics, plus the ones their verdicts and forecasts lean on.
@@ -94,11 +96,12 @@ class Analyzer:
         """
         cfg = self.config
         if ctx.at == "epoch_end":
-            stats = self._add(summary, self.history)
+            stats = self._add(summary, self.history, offset=ctx.own_growth)
             self.segments = {}  # the epoch's segments are in its stats now
             judged = self.history
         else:
-            seg_stats = self._add(summary, self.segments, first=not self.history)
+            seg_stats = self._add(summary, self.segments, first=not self.history,
+                                  offset=ctx.own_growth)
             stats, judged = {}, {}
             for m, seg in seg_stats.items():
                 closed = self.history.get(m, [])
@@ -107,7 +110,7 @@ class Analyzer:
                 elif closed[-1].shape == "growing":
                     # Closed epochs grew inside (and, unless a leak was reported, let it go):
                     # only the epoch as a whole tells a leak from that accumulation.
-                    st = self._stats(ctx.partial, m, first=False)
+                    st = self._stats(ctx.partial, m, first=False, offset=ctx.own_growth)
                     if st is not None:
                         stats[m], judged[m] = st, [*closed, st]
                 else:
@@ -129,7 +132,11 @@ class Analyzer:
         does not time its censuses)."""
         return getattr(self.evidence, "last_census_ms", None)
 
-    def _stats(self, summary: EpochSummary, metric: str, first: bool) -> EpochStats | None:
+    def _stats(self, summary: EpochSummary, metric: str, first: bool,
+               offset: float = 0.0) -> EpochStats | None:
+        if metric in _OWN_GROWTH:
+            return epoch_stats(summary, metric, self.config.shape, first_epoch=first,
+                               offset=offset)
         if metric.startswith("workers."):
             # From where every worker of the unit was up: their start-up is no evidence.
             start = workers_settled_step(summary, self._worker_shape.min_growth_bytes)
@@ -138,7 +145,7 @@ class Analyzer:
         return epoch_stats(summary, metric, self.config.shape, first_epoch=first)
 
     def _add(self, summary: EpochSummary, into: dict[str, list[EpochStats]],
-             first: bool | None = None) -> dict[str, EpochStats]:
+             first: bool | None = None, offset: float = 0.0) -> dict[str, EpochStats]:
         """Stats of every judged metric of ``summary``, appended to ``into`` (bounded)."""
         out: dict[str, EpochStats] = {}
         for metric in summary.keys:
@@ -146,7 +153,7 @@ class Analyzer:
                 continue
             hist = into.setdefault(metric, [])
             st = self._stats(summary, metric, first=not hist if first is None else first
-                             and not hist)
+                             and not hist, offset=offset)
             if st is None:
                 continue
             hist.append(st)
@@ -161,9 +168,11 @@ class Analyzer:
 
         * ``"verdict"``: a leak metric's growth is held at this check (a leak verdict to
           name: its holder needs this census and the previous one);
-        * ``"growing"``: a leak metric grows steadily in this unit (the census at the check
-          *before* a verdict is the baseline the verdict diffs; a warm-up levels off, so it is
-          a plateau or a step, not steady growth);
+        * ``"growing"``: a leak metric grows steadily in this unit, or its floor sits above the
+          previous unit's by far more than the noise (four thresholds and 2% of its level:
+          memory kept between units, by validation or epoch-end hooks, rises in such stairs).
+          The census at the check *before* a verdict is the baseline the verdict diffs; a
+          warm-up levels off, so it is a plateau or a small step, not steady growth;
         * ``"hint"``: a weaker sign (a jump, a floor above the previous unit's, a rise within
           the unit): worth a census only within the cost budget.
         """
@@ -174,7 +183,8 @@ class Analyzer:
                 continue
             if len(hist) >= 2 and verdict(hist, self.config) == "leak":
                 return "verdict"
-            if st.shape == "growing":
+            held = hist[-1].floor - hist[-2].floor if len(hist) >= 2 else 0.0
+            if st.shape == "growing" or held > max(4 * st.threshold, 0.02 * abs(st.level)):
                 reason = "growing"
             elif reason is None and (st.shape == "step" or st.rise > st.threshold
                                      or floor_rose(hist)):

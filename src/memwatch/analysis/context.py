@@ -140,6 +140,9 @@ class CheckContext:
     #: May optional work of this many seconds run now (the session's cost budget,
     #: :class:`memwatch.core.costs.Costs`)? None: always.
     budget: Callable[[float], bool] | None = None
+    #: RSS memwatch's own work at earlier checks left behind (bytes): this process's host
+    #: metrics are judged without it (a census that grows the heap is not the run's leak).
+    own_growth: float = 0.0
 
     def __post_init__(self) -> None:
         if self.census not in CENSUS_MODES:

@@ -76,6 +76,9 @@ class Checker:
         self.job: dict[str, Any] = {"id": None, "source": None, "attempt": None}
         self.rank_summaries: list[Any] = []
         self.rank_last_seen: list[Any] = []
+        #: RSS memwatch's own checks left behind so far (bytes): the analyzer judges this
+        #: process's memory without it.
+        self.own_rss = 0.0
         self.tracer: Any = None  # analysis.culprits.allocations.AllocationTracer while tracing
         self.exchange: Any = None  # runtime.exchange.RankExchange when distributed
 
@@ -257,6 +260,7 @@ class Checker:
         origin = self.origin(summary, epoch)
         self.checks += 1
         trace = None
+        own_before, rss0 = self.own_rss, self._sampling.rss_now()
         if summary is not None and self.tracer is not None:
             try:  # before the analyzer, which reads the diff (keyed by the check)
                 with self._costs.timed("tracemalloc"):
@@ -271,8 +275,14 @@ class Checker:
                                device_snapshot=device_snapshot,
                                tracing=tracer is not None and tracer.active,
                                collected=tracer is not None and tracer.active
-                               and tracer.collected_epoch == origin.check)
+                               and tracer.collected_epoch == origin.check,
+                               own_growth=own_before)
             new = self._analyze(summary, ctx)
+        rss1 = self._sampling.rss_now()
+        if rss0 is not None and rss1 is not None:
+            # What memwatch's own work at this check (a census, a snapshot, the verdicts) left
+            # in RSS: not the run's growth. The next units are judged without it.
+            self.own_rss += max(rss1 - rss0, 0.0)
         if exchange:  # every rank, even after an empty epoch; ranks meet at the same step only
             new += self._exchange_ranks(new, summary, origin)
         self.keep(new)
@@ -281,7 +291,8 @@ class Checker:
     def context(self, origin: Origin, at: str, *, partial: EpochSummary | None = None,
                 trace: Any = None, census: str | None = None, defer_leaks: bool = False,
                 device_snapshot: Any = None, tracing: bool = False,
-                collected: bool = False, steps_done: int | None = None) -> CheckContext:
+                collected: bool = False, steps_done: int | None = None,
+                own_growth: float = 0.0) -> CheckContext:
         """What the analyzer is told at this check (it never reads the session)."""
         view = self._view
         binding = self._sampling.binding()
@@ -294,7 +305,8 @@ class Checker:
             horizon_s=self._config.horizon_s, defer_leaks=defer_leaks,
             device_kind=getattr(view.device, "kind", "cuda") or "cuda",
             census=census or self._config.census, trace=trace, tracing=tracing,
-            collected=collected, device_snapshot=device_snapshot, budget=self._costs.allows)
+            collected=collected, device_snapshot=device_snapshot, budget=self._costs.allows,
+            own_growth=own_growth)
 
     def keep(self, new: list[Finding], before: bool = False) -> None:
         """Add findings to :attr:`findings` (``before``: restored ones, older than these),

@@ -125,6 +125,16 @@ class Sampling:
         self._bind()
         return self.record()
 
+    def rss_now(self) -> float | None:
+        """This process's RSS now (one read of the host probe), or None without it."""
+        host = self.probe("host")
+        if host is None:
+            return None
+        try:
+            return float(host.read_fast()[0])
+        except Exception:  # noqa: BLE001 - evidence only
+            return None
+
     def resume_at(self, step_count: int) -> None:
         """Continue the step numbering of a restored run (never backwards)."""
         self.step_count = max(self.step_count, int(step_count))

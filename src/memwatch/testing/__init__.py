@@ -1,13 +1,16 @@
 """Test doubles that ship with memwatch, for its own tests, its docs and users' tests:
 :class:`FakeDevice` (a simulated CUDA caching allocator behind the device-probe protocol),
+:class:`RecordedEvidence` (the live process, recorded: drive the analyzer's rules without one),
 :func:`malloc_trim`, and :mod:`memwatch.testing.wandb_offline` (reads an offline W&B run back)."""
 
 import socket
 from pathlib import Path
 
+from memwatch.testing.evidence import RecordedEvidence
 from memwatch.testing.fake_device import FakeDevice, format_size, malloc_trim
 
-__all__ = ["FakeDevice", "bundle_dirs", "format_size", "free_port", "malloc_trim"]
+__all__ = ["FakeDevice", "RecordedEvidence", "bundle_dirs", "format_size", "free_port",
+           "malloc_trim"]
 
 
 def free_port() -> int:

@@ -43,6 +43,7 @@ def attribute(metric: str, cur: EpochStats, pair: CensusPair | None,
     growths = census_mod.diff(prev.census, rec.census, dev_prefix)
     types = census_mod.type_growth(prev.census, rec.census)
     out = Attribution(
+        census_steps=max(rec.step - prev.step, 0),
         census_ms=round(rec.census.elapsed_ms, 1),
         objects_scanned=rec.census.objects,
         tensors_scanned=rec.census.tensors,

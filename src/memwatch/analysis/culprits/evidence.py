@@ -208,6 +208,10 @@ class Attribution:
     tracemalloc: list[dict[str, Any]] | None = None
     tracemalloc_summary: dict[str, Any] | None = None
     site: Any = None  # sites.SiteGrowth
+    #: Optimizer steps between the two censuses diffed (0: unknown).
+    census_steps: int = 0
+    #: The run has epochs (advice says "at the epoch end"; a run of checks only, "regularly").
+    epochs: bool = True
 
     def evidence(self) -> dict[str, Any]:
         """The keys a finding's evidence carries about its attribution."""

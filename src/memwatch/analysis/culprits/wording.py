@@ -32,6 +32,18 @@ def _name(a: Attribution) -> str:
     return f"`{head.rsplit('.', 1)[-1] or head}`"
 
 
+def _grows(a: Attribution, delta: int | None) -> str:
+    """"grows every step" when the holder gained about an item a step, else how much."""
+    if delta is not None and a.census_steps and delta >= 0.5 * a.census_steps:
+        return "grows every step"
+    return f"keeps growing (+{delta} since the last check)" if delta else "keeps growing"
+
+
+def _clear(a: Attribution) -> str:
+    """When to clear it: at epoch ends for a run that has them, else every few checks."""
+    return "at the epoch end" if a.epochs else "regularly (say at every check)"
+
+
 def container_culprit(a: Attribution) -> tuple[str, list[str], str]:
     c = a.container
     assert c is not None
@@ -55,11 +67,12 @@ def container_culprit(a: Attribution) -> tuple[str, list[str], str]:
     if c.kind == "dict":
         suggestions.append(
             f"{name} is a cache or log without eviction: bound it (`functools.lru_cache("
-            "maxsize=...)`, an OrderedDict that drops its oldest entry) or clear it every epoch.")
+            "maxsize=...)`, an OrderedDict that drops its oldest entry) or clear it "
+            f"{_clear(a)}.")
     else:
         suggestions.append(
-            f"{name} grows every step: bound it (`collections.deque(maxlen=N)`), clear it at "
-            "the epoch end, or write what it collects to disk as you go.")
+            f"{name} {_grows(a, c.len_delta)}: bound it (`collections.deque(maxlen=N)`), clear "
+            f"it {_clear(a)}, or write what it collects to disk as you go.")
     if c.element in ("numpy arrays", "tensors"):
         suggestions.append(
             "Keep what you need from each step (a metric, a float), not the whole array: "
@@ -173,12 +186,13 @@ def culprit_of(metric: str, a: Attribution) -> tuple[str | None, list[str], str]
             suggestions.insert(0, (
                 f"`{_short(h.path)}` is a cache without eviction: bound it "
                 "(`functools.lru_cache(maxsize=...)`, an OrderedDict with eviction) or clear "
-                "it every epoch."
+                f"it {_clear(a)}."
             ))
         elif h.container in ("list", "deque", "set"):
+            delta = h.owner_delta if h.owner_delta is not None else g.count_delta
             suggestions.insert(0, (
-                f"`{_short(h.path)}` grows every step: bound it "
-                "(`collections.deque(maxlen=N)`) or clear it at the epoch end"
+                f"`{_short(h.path)}` {_grows(a, delta)}: bound it "
+                f"(`collections.deque(maxlen=N)`) or clear it {_clear(a)}"
                 + (", and store Python numbers (`.item()`) rather than tensors."
                    if not group.grad_fn else ".")
             ))

@@ -117,6 +117,8 @@ def _leak_finding(inp: RuleInput, metric: str, hist: list[EpochStats],
     # at the judged rate (floors), never two point reads of RSS (a busy machine moves those).
     census_steps = pair[1].step - pair[0].step if pair is not None else cur.n_steps
     attribution = inp.attribute(metric, cur, growth=max(slope, 0.0) * max(census_steps, 1))
+    # Advice fits the run: a run of checks without epochs is not told "at the epoch end".
+    attribution.epochs = not cur.unit.startswith("s") or ctx.partial is not None
     if attribution.own_growth:
         # memwatch's own tracing bookkeeping: nothing of the user's to report.
         log.debug("memwatch: %s grew by %s, memwatch's own while tracing; no finding",

@@ -8,12 +8,15 @@ Called by :mod:`.leak` when a host leak verdict's census explains too little of 
   handed out and not freed, by code no census sees (a C/C++ extension, a compiled or traced
   module registry, an autograd graph kept by a C++ reference cycle, a library's own cache). A
   ``leak`` (``evidence["pattern"] == "native_memory"``), severity by consequence.
-* **allocator retention** — in-use bytes stayed flat while RSS grew: the allocator keeps freed
-  memory (glibc arenas fragment under many threads and mixed sizes). ``allocator_retention``,
-  with the allocator's figures as evidence, and allocator advice.
-* **no evidence** — where ``mallinfo2`` does not exist (musl, macOS, glibc before 2.33) the two
-  cannot be told apart: a ``leak`` (pattern ``unexplained``) that says so, with no allocator
-  advice, and ``tracemalloc=True`` suggested (it settles whether Python allocations grow).
+* **allocator retention** — in-use bytes stayed flat while RSS grew and the allocator's free
+  bytes grew instead (at least half of it): it keeps memory that was freed (glibc arenas
+  fragment under many threads and mixed sizes). ``allocator_retention``, with the allocator's
+  figures as evidence, and allocator advice.
+* **outside the C heap, or no evidence** — neither grew (RSS grew outside ``malloc``: Python's
+  own small-object arenas, which it maps itself, thread stacks, mappings a library makes), or
+  ``mallinfo2`` does not exist (musl, macOS, glibc before 2.33): a ``leak`` (pattern
+  ``unexplained``) that says what memwatch could and could not see, with no allocator advice,
+  and ``tracemalloc=True`` suggested (it settles whether Python allocations grow).
 """
 
 from __future__ import annotations
@@ -46,6 +49,10 @@ class HeapGrowth:
     def native(self, rss_growth: float) -> bool:
         return self.in_use > self.in_use_threshold and \
             self.in_use >= NATIVE_SHARE * max(rss_growth, 0.0)
+
+    def retained(self, rss_growth: float) -> bool:
+        """The allocator's free bytes grew by at least half the RSS growth: it keeps them."""
+        return self.free is not None and self.free >= NATIVE_SHARE * max(rss_growth, 0.0)
 
 
 def heap_growth(history: Mapping[str, list[EpochStats]],
@@ -103,9 +110,8 @@ def native_or_retention(*, origin: Origin, metric: str, units: list[EpochStats],
                 "store `.detach()`.",
             ],
             evidence={"pattern": "native_memory", **ev}, **common)
-    if heap is not None:
-        free = (f"; its free bytes grew by {fmt_bytes(heap.free)}" if heap.free is not None and
-                heap.free > 0 else "")
+    if heap is not None and heap.retained(rss_growth):
+        free = f"; its free bytes grew by {fmt_bytes(heap.free or 0)}"
         msg = (f"{where(metric)} grows by {fmt_bytes(slope)} per step, but the C allocator's "
                f"in-use bytes did not ({fmt_bytes(heap.in_use)} over the same stretch{free}) "
                f"and {explained}: the allocator keeps memory that was freed (glibc arenas "
@@ -121,9 +127,17 @@ def native_or_retention(*, origin: Origin, metric: str, units: list[EpochStats],
                 "less.",
             ],
             evidence={"pattern": "allocator_retention", **ev}, **common)
-    msg = (f"{where(metric)} grows by {fmt_bytes(slope)} per step and {explained}. Without the "
-           "C allocator's figures (glibc's mallinfo2 is not available here) memwatch cannot "
-           "tell memory held by native code from freed memory the allocator keeps." + forecast)
+    if heap is not None:
+        seen = (f" Neither the C allocator's in-use bytes ({fmt_bytes(heap.in_use)}) nor its "
+                f"free bytes ({fmt_bytes(heap.free or 0)}) grew as much: the memory is outside "
+                "malloc's heap (Python's own small-object arenas, which it maps itself; thread "
+                "stacks; memory a library maps).")
+    else:
+        seen = (" Without the C allocator's figures (glibc's mallinfo2 is not available here) "
+                "memwatch cannot tell memory held by native code from freed memory the "
+                "allocator keeps.")
+    msg = f"{where(metric)} grows by {fmt_bytes(slope)} per step and {explained}." + seen + \
+        forecast
     return origin.finding(
         kind="leak", severity=severity, message=msg,
         culprit="memory outside Python objects: native code or the allocator (undecided)",

@@ -73,9 +73,11 @@ class EpochStats:
 
 
 def epoch_stats(summary: EpochSummary, metric: str, cfg: ShapeConfig,
-                first_epoch: bool, start_step: int | None = None) -> EpochStats | None:
+                first_epoch: bool, start_step: int | None = None,
+                offset: float = 0.0) -> EpochStats | None:
     """The statistics of ``metric`` over ``summary`` (from ``start_step`` on, when given: the
-    part before it is no evidence, e.g. DataLoader workers still starting)."""
+    part before it is no evidence, e.g. DataLoader workers still starting), its levels lowered
+    by ``offset`` (memory memwatch itself added before the unit)."""
     if metric not in summary.keys or summary.bucket_floor is None:
         return None
     steps, y = summary.series(metric, "floor")
@@ -84,7 +86,7 @@ def epoch_stats(summary: EpochSummary, metric: str, cfg: ShapeConfig,
     ok = ~np.isnan(y)
     if start_step is not None:
         ok &= steps >= start_step
-    t, y, peaks = t[ok], y[ok], peaks[ok]
+    t, y, peaks = t[ok], y[ok] - offset, peaks[ok] - offset
     if first_epoch and len(y) >= 10:
         drop = max(1, int(math.ceil(len(y) * cfg.warmup_fraction)))
         t, y, peaks = t[drop:], y[drop:], peaks[drop:]

@@ -1,0 +1,152 @@
+"""Rules driven from recorded values: scripted summaries and a :class:`RecordedEvidence` instead
+of a live process (issues 22 and 23). Native memory or allocator retention decided by the C
+allocator's figures, copy-on-write bounded by what the Dataset holds, the limit that binds named
+in the forecast, and a census taken only when the series gives a reason."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from memwatch.analysis import Analyzer, CheckContext
+from memwatch.analysis.culprits.evidence import Attribution
+from memwatch.core.findings import Finding
+from memwatch.testing import RecordedEvidence
+from memwatch.timeline import Timeline
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+def judge(columns: dict[str, Callable[[int], float]], evidence: RecordedEvidence,
+          epochs: int = 3, steps: int = 200, **ctx: object) -> list[list[Finding]]:
+    """Every epoch end's findings over scripted series (one column per metric)."""
+    keys = list(columns)
+    tl, analyzer = Timeline(keys), Analyzer(evidence=evidence)
+    out = []
+    for e in range(epochs):
+        for i in range(steps):
+            s = e * steps + i
+            tl.append(s + 1, float(s), [columns[k](s) for k in keys])
+        out.append(analyzer.check(tl.end_epoch(), CheckContext(**ctx)))  # type: ignore[arg-type]
+    return out
+
+
+def host_growth(in_use: Callable[[int], float] | None) -> dict[str, Callable[[int], float]]:
+    cols = {"host.rss": lambda s: GIB + s * MIB}
+    if in_use is not None:
+        cols["host.malloc_in_use"] = in_use
+        cols["host.malloc_free"] = lambda s: 64 * MIB + (s * MIB if in_use(s) == in_use(0)
+                                                         else 0.0)
+    return cols
+
+
+def only(found: list[Finding], kind: str) -> Finding:
+    (f,) = [f for f in found if f.kind == kind]
+    return f
+
+
+def test_native_memory_when_the_allocators_in_use_bytes_grow() -> None:
+    res = judge(host_growth(lambda s: 512 * MIB + s * MIB), RecordedEvidence(),
+                limits={"host.rss": 64 * GIB})
+    f = only(res[1], "leak")
+    assert f.evidence["pattern"] == "native_memory"
+    assert "in-use bytes grew with it" in f.message and "native memory" in (f.culprit or "")
+    assert any("tracemalloc=True" in s for s in f.suggestions)
+    assert not any("MALLOC_ARENA_MAX" in s for s in f.suggestions)
+
+
+def test_allocator_retention_only_with_the_evidence() -> None:
+    res = judge(host_growth(lambda s: 512 * MIB), RecordedEvidence(),
+                limits={"host.rss": 64 * GIB})
+    f = only(res[1], "allocator_retention")
+    assert f.evidence["malloc_in_use_growth_bytes"] == pytest.approx(0.0, abs=MIB)
+    assert f.evidence["malloc_free_growth_bytes"] > 100 * MIB
+    assert "did not" in f.message and any("MALLOC_ARENA_MAX" in s for s in f.suggestions)
+
+
+def test_without_the_allocators_figures_no_allocator_advice() -> None:
+    res = judge(host_growth(None), RecordedEvidence(), limits={"host.rss": 64 * GIB})
+    f = only(res[1], "leak")
+    assert f.evidence["pattern"] == "unexplained"
+    assert "cannot tell" in f.message
+    assert not any("MALLOC_ARENA_MAX" in s or "malloc_trim" in s for s in f.suggestions)
+
+
+def test_a_leak_live_objects_explain_is_named_as_usual() -> None:
+    ev = RecordedEvidence(attribution=Attribution(explained_bytes=400 * MIB))
+    res = judge(host_growth(lambda s: 512 * MIB + s * MIB), ev, limits={"host.rss": 64 * GIB})
+    f = only(res[1], "leak")
+    assert "pattern" not in f.evidence and ev.attributions >= 1
+
+
+def test_the_limit_that_binds_is_named() -> None:
+    res = judge(host_growth(lambda s: 512 * MIB + s * MIB),
+                RecordedEvidence(attribution=Attribution(explained_bytes=400 * MIB)),
+                limits={"host.rss": 2 * GIB},
+                limit_names={"host.rss": "the address space (RLIMIT_AS, ulimit -v)"})
+    f = only(res[1], "leak")
+    assert "limit of the address space (RLIMIT_AS, ulimit -v) is reached in about" in f.message
+    assert f.evidence["limit_name"].startswith("the address space")
+    # 2 GiB - (1 GiB + 400 MiB peak) at 1 MiB/step: about 624 steps.
+    assert f.steps_to_oom == pytest.approx(624, rel=0.1)
+
+
+def workers(uss: Callable[[int], float], rss: Callable[[int], float]
+            ) -> dict[str, Callable[[int], float]]:
+    return {"workers.uss": uss, "workers.rss": rss, "workers.count": lambda s: 2.0}
+
+
+def copying(s: int) -> float:  # 2 workers copy 30 MiB each over the first epoch, then stop
+    return 40 * MIB + 60 * MIB * min(s, 200) / 200
+
+
+@pytest.mark.parametrize("dataset,said", [
+    (40 * MIB, True),  # a list of dicts: a worker can copy up to what it reads
+    (2 * 1024, False),  # a numpy Dataset: its Python objects account for nothing
+    (8 * MIB, False),  # 30 MiB a worker is more than it reads: not copy-on-write
+    (None, True),  # loaders not found: the start-up floor alone
+])
+def test_copy_on_write_bounded_by_what_the_dataset_holds(dataset: float | None,
+                                                         said: bool) -> None:
+    res = judge(workers(copying, lambda s: 300 * MIB), RecordedEvidence(dataset=dataset))
+    cow = [f for e in res for f in e if f.evidence.get("pattern") == "copy_on_write"]
+    assert len(cow) == (1 if said else 0)
+    if said:
+        assert cow[0].kind == "plateau" and cow[0].severity == "info"
+        assert cow[0].evidence["dataset_python_bytes"] == dataset
+
+
+def test_private_growth_in_workers_is_no_copy_on_write() -> None:
+    res = judge(workers(copying, lambda s: 300 * MIB + copying(s)), RecordedEvidence(
+        dataset=40 * MIB))
+    assert not [f for e in res for f in e if f.evidence.get("pattern") == "copy_on_write"]
+
+
+def test_a_flat_series_takes_no_census_and_growth_takes_one_each_check() -> None:
+    flat = RecordedEvidence()
+    judge({"host.rss": lambda s: GIB + (s % 7) * 1024}, flat)
+    assert flat.censuses == 0
+    grow = RecordedEvidence()
+    judge({"host.rss": lambda s: GIB + s * MIB}, grow)
+    assert grow.censuses == 3
+
+
+def test_a_stair_far_above_the_noise_takes_a_census_whatever_the_budget() -> None:
+    def stairs(s: int) -> float:  # 64 MiB held at every epoch end: memory kept between units
+        return GIB + 64 * MIB * (s // 200)
+
+    ev = RecordedEvidence()
+    judge({"host.rss": stairs}, ev, budget=lambda seconds: False)
+    assert ev.censuses >= 2
+
+
+def test_a_hint_takes_a_census_only_within_the_budget() -> None:
+    def stair(s: int) -> float:  # one small jump in the second epoch: a hint, not growth
+        return GIB + (8 * MIB if s >= 300 else 0)
+
+    denied, allowed = RecordedEvidence(), RecordedEvidence()
+    judge({"host.rss": stair}, denied, budget=lambda seconds: False)
+    judge({"host.rss": stair}, allowed, budget=lambda seconds: True)
+    assert denied.censuses == 0 and allowed.censuses >= 1
