@@ -126,6 +126,17 @@ class Analyzer:
             found.extend((rule, f) for f in rule.judge(inp))
         return dedupe(found, self._said)
 
+    def sensitivity(self) -> dict[str, float]:
+        """Per leak metric, the smallest growth (bytes a step) the last unit judged would count:
+        its threshold (the largest of the magnitude floors and four times the floors' noise,
+        measured on that unit) over its steps. A leak needs that at two checks in a row."""
+        out: dict[str, float] = {}
+        for m in (*LEAK_METRICS, "host.rss_anon"):
+            hist = self.segments.get(m) or self.history.get(m)
+            if hist:
+                out[m] = hist[-1].threshold / max(hist[-1].n_steps, 1)
+        return out
+
     @property
     def last_census_ms(self) -> float | None:
         """Milliseconds the last census took (None until one ran, or when the evidence port

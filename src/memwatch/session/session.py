@@ -343,6 +343,14 @@ class MemWatch:
         with self._costs.timed("sinks"):
             self._sinks.metrics(step, self.latest())
 
+    def sensitivity(self) -> dict[str, float]:
+        """Per leak metric, the smallest leak (bytes a step) this run's last check could count
+        as growth, from that unit's measured noise and its number of steps (empty before the
+        first check, or without the analyzer). See docs/findings.md."""
+        analyzer = self.analyzer
+        fn = getattr(analyzer, "sensitivity", None)
+        return dict(fn()) if callable(fn) else {}
+
     def costs(self) -> dict[str, float]:
         """Seconds memwatch's own work off the hot path took so far, by part (``census``,
         ``attribution``, ``verdicts``, ``tracemalloc``, ``background reads``, ``black box``,
