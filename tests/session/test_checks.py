@@ -225,3 +225,24 @@ def test_memwatch_own_objects_are_not_counted_by_the_census() -> None:
     types = take_census().types
     assert "Finding" not in types and "dict" in types
     del kept
+
+
+def test_sensitivity_names_the_smallest_leak_the_run_confirms(tmp_path: Path) -> None:
+    """``mw.sensitivity()`` is a claim about detection: a leak well above it is confirmed, one
+    well below it is not (same noise, same check interval)."""
+    noise = np.random.default_rng(7)
+    flat, _ = run_steps(tmp_path / "flat", lambda s: GIB + noise.normal(0, 1e6), 1200,
+                        check_every_n_steps=400, total=4 * GIB)
+    floor = flat.sensitivity()["device.allocated"]
+    assert 0 < floor < 1e6  # a per-step figure, far below one step's noise
+    assert not leaks(flat)
+    above, _ = run_steps(tmp_path / "above", lambda s: GIB + 3 * floor * s + noise.normal(0, 1e6),
+                         1200, check_every_n_steps=400, total=4 * GIB)
+    below, _ = run_steps(tmp_path / "below", lambda s: GIB + floor / 4 * s + noise.normal(0, 1e6),
+                         1200, check_every_n_steps=400, total=4 * GIB)
+    assert leaks(above) and not leaks(below)
+
+
+def test_sensitivity_is_empty_before_the_first_check(tmp_path: Path) -> None:
+    mw, _ = run_steps(tmp_path, lambda s: GIB, 10, check_every_n_steps=400)
+    assert mw.sensitivity() == {}
