@@ -10,6 +10,11 @@ own process), and two groups of tests read the results:
 * **targets** (issue 3), on a run with the analyzer: every leak found by the end of the second
   epoch after it starts, no leak verdict on any control, the culprit named where the main process
   can see the holder, and the forecast to OOM within 25% at the epoch of first detection.
+
+Only the design corpus runs here (``scenarios.NAMES``). The held-out part of the reported corpus
+(``scenarios.HELDOUT``, issue 23) is never run or imported by the tests: the rules are designed
+on the design part, and the held-out part is scored only by ``bench_detection.py --split
+heldout``, so that it stays a test of bugs the rules were not tuned on.
 """
 
 from __future__ import annotations
@@ -32,11 +37,15 @@ MiB = 1 << 20
 ALL = [scenarios.load(n).SCENARIO for n in scenarios.NAMES]
 LEAKS = [s for s in ALL if s.is_leak]
 CONTROLS = [s for s in ALL if not s.is_leak]
-#: The raw-series sanity run covers issue 3's corpus; the reproductions of reported bugs, their
-#: twins and the synthetic Python leaks (issue 16) had theirs when written (measured figures in
-#: benchmarks/scenarios/reported/README.md) and run here under the analyzer only, which keeps this
-#: module's two corpus runs within about a minute of what they were.
-SANITY = [s for s in ALL if not s.name.startswith(("rep_", "fix_", "syn_"))]
+#: The raw-series sanity run covers issue 3's corpus and the design part's reproductions added in
+#: issue 23 (not their twins); the reproductions of issue 16, all twins and the synthetic Python
+#: leaks had theirs when written (measured figures in benchmarks/scenarios/reported/README.md) and
+#: run here under the analyzer only, which keeps this module's two corpus runs within a few
+#: minutes.
+ISSUE23_SANITY = ("rep_accelerator_reuse", "rep_eval_outputs_kept", "rep_gradcam_hooks",
+                  "rep_rnn_hidden_graph", "rep_sampler_index_list", "rep_val_outputs_stored")
+SANITY = [s for s in ALL if not s.name.startswith(("rep_", "fix_", "syn_"))
+          or s.name in ISSUE23_SANITY]
 SANITY_LEAKS = [s for s in SANITY if s.is_leak]
 SANITY_CONTROLS = [s for s in SANITY if not s.is_leak]
 REPORTED_NON_LEAKS = [s for s in ALL if s.reported and not s.is_leak]
@@ -62,9 +71,12 @@ def _load_bench() -> ModuleType:
 
 bench = _load_bench()
 
-# Each corpus run takes 1-2 minutes on an idle 2-core machine (33 fresh interpreters, 23 of them
-# importing torch); the first test that needs one pays for it, so it gets more than the default.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+# The analyzer's corpus run (65 fresh interpreters, most importing torch) and the raw-series run
+# (39) take about 5 minutes together on a lightly loaded 2-core machine (2026-11-27: the whole
+# module 8 min at load average 2-5; 5 min before issue 23 added 12 design scenarios); the first
+# test that needs a run pays for it, so it gets far more than the default: a machine loaded
+# three times over must not turn it into a timeout.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 @pytest.fixture(scope="module")
@@ -175,6 +187,32 @@ def test_forecast_error_is_measured_at_first_detection() -> None:
     assert bench.score_scenario(sc, no_fc)["memwatch"]["forecast"]["error"] is None
 
 
+def test_reported_scoring_per_split() -> None:
+    """Issue 23's reported scores: found by the 2nd check (start + 1) beside the deadline; a
+    bounded non-leak is right with a plateau or a step; ``none`` is right when quiet."""
+    leak = scenarios.load("rep_gradcam_hooks").SCENARIO  # starts in epoch 1
+    late = bench.score_scenario(leak, _fake_raw(  # epoch 3: the third check since it started
+        [[], [], [], [_finding("leak", "host.rss", culprit="m.fc2._forward_hooks[3] (list)")]]))
+    s = late["reported_score"]
+    assert s["split"] == "design" and s["found"] and not s["found_2nd"] and s["holder"]
+    early = bench.score_scenario(leak, _fake_raw([[], [_finding("leak", "host.rss")], []]))
+    assert early["reported_score"]["found_2nd"] and early["reported_score"]["holder"] is False
+    bounded = scenarios.load("rep_eval_outputs_kept").SCENARIO
+    for kind, right in (("plateau", True), ("step_change", True), ("accumulation", False)):
+        row = bench.score_scenario(bounded, _fake_raw([[], [_finding(kind, "host.rss")]]))
+        assert row["reported_score"]["kind"] is right, kind
+    loud = bench.score_scenario(bounded, _fake_raw([[_finding("plateau", "host.rss")],
+                                                   [_finding("leak", "host.rss")]]))
+    assert not loud["reported_score"]["kind"] and not loud["reported_score"]["quiet"]
+    none = scenarios.load("rep_sampler_index_list").SCENARIO
+    assert bench.score_scenario(none, _fake_raw([[], []]))["reported_score"]["kind"]
+    rows = [bench.score_scenario(leak, _fake_raw([[], [_finding("leak", "host.rss")], []])),
+            bench.score_scenario(none, _fake_raw([[], [_finding("leak", "host.uss")]]))]
+    summary = bench._reported.summarize(rows)
+    assert set(summary) == {"design"}
+    assert summary["design"]["found_2nd"] == 1 and summary["design"]["right_kind"] == 0
+
+
 # --------------------------------------------------------------------------- corpus sanity
 def test_corpus_declares_enough_patterns() -> None:
     real_leaks = [s for s in LEAKS if s.device_total is None]
@@ -184,6 +222,24 @@ def test_corpus_declares_enough_patterns() -> None:
     assert {s.expected_metric for s in ALL} == {"host", "workers", "device"}
     for s in ALL:
         assert s.description and s.name in scenarios.NAMES
+
+
+def test_heldout_part_stays_out_of_the_tests() -> None:
+    """The held-out reproductions are listed apart, named apart, and never in the design corpus
+    (what this module runs); the split is checked by the scenarios' own validation."""
+    assert not set(scenarios.NAMES) & set(scenarios.HELDOUT)
+    assert all(n.startswith(("ho_rep_", "ho_fix_")) for n in scenarios.HELDOUT)
+    assert all(s.split == "design" for s in ALL)
+    assert {s.name for s in ALL} == set(scenarios.NAMES)
+    assert len([n for n in scenarios.HELDOUT if n.startswith("ho_rep_")]) >= 6
+    with pytest.raises(ValueError, match="held out"):
+        scenarios.Scenario(name="ho_leak_x", is_leak=False, leak_start_epoch=None,
+                           expected_metric="host", expected_culprit=None, description="x",
+                           split="heldout")
+    with pytest.raises(ValueError, match="named ho_"):
+        scenarios.Scenario(name="rep_x", is_leak=False, leak_start_epoch=None,
+                           expected_metric="host", expected_culprit=None, description="x",
+                           source="https://example.org/1", reported=True, split="heldout")
 
 
 def test_every_scenario_runs(corpus: dict[str, dict[str, Any]]) -> None:
@@ -303,7 +359,24 @@ def test_no_leak_verdict_on_control(rows: dict[str, dict[str, Any]],
         f"stood on: {[(f.get('message'), f.get('evidence')) for f in _false_findings(r)]}")
 
 
-@pytest.mark.parametrize("sc", [s for s in LEAKS if s.expected_culprit],
+#: Issue 23's targets on the design part that the analyzer does not meet yet, as strict xfails:
+#: each fails the run the day memwatch meets it, so the marker goes with the fix. Measured on
+#: the quiet and the loaded benchmark runs of 2026-11-27 (benchmarks/scenarios/reported/README.md).
+_HOLDER_MISS = pytest.mark.xfail(strict=True, reason=(
+    "issue 23: the leak is found, but the culprit names the leaked tensors (+150 x "
+    "float32[16x256], grad_fn=AddBackward0), not their holder policy.hidden"))
+_BOUNDED_MISS = pytest.mark.xfail(strict=True, reason=(
+    "issue 23: one validation's outputs kept until the next (a step, then flat) get no "
+    "finding at all, neither plateau nor step_change"))
+ISSUE23_MISSES = {"rep_rnn_hidden_graph": _HOLDER_MISS, "rep_eval_outputs_kept": _BOUNDED_MISS}
+
+
+def _params(scs: list[scenarios.Scenario],
+            marks: dict[str, pytest.MarkDecorator]) -> list[Any]:
+    return [pytest.param(s, marks=marks[s.name]) if s.name in marks else s for s in scs]
+
+
+@pytest.mark.parametrize("sc", _params([s for s in LEAKS if s.expected_culprit], ISSUE23_MISSES),
                          ids=lambda s: s.name)
 def test_culprit_named(rows: dict[str, dict[str, Any]], sc: scenarios.Scenario) -> None:
     r = rows[sc.name]
@@ -325,24 +398,28 @@ def test_forecast_error_within_25pct(rows: dict[str, dict[str, Any]],
 # --------------------------------------------------------------------------- issue 16 targets
 _ACCUMULATION_MISS = pytest.mark.xfail(strict=True, reason=(
     "Lightning 15514's step outputs are 64 KiB tensors: glibc keeps the freed chunks, RSS "
-    "never drops at the epoch end, so the shape is not accumulation (the essential part, no "
-    "leak verdict, is test_no_leak_verdict_on_control's)"))
+    "never drops at the epoch end, so the shape is not accumulation; Lightning 8583's are held "
+    "only during each validation, between training steps, where no series sees them (the "
+    "essential part, no leak verdict, is test_no_leak_verdict_on_control's)"))
 
 
 @pytest.mark.parametrize("sc", [pytest.param(s, marks=_ACCUMULATION_MISS)
-                                if s.expected_kind == "accumulation" else s
+                                if s.expected_kind == "accumulation" else
+                                _params([s], ISSUE23_MISSES)[0]
                                 for s in REPORTED_NON_LEAKS], ids=lambda s: s.name)
 def test_reported_non_leak_said_for_what_it_is(rows: dict[str, dict[str, Any]],
                                                sc: scenarios.Scenario) -> None:
     """A non-leak by its thread's resolution gets the finding of that kind (mapped file pages,
-    copy-on-write, accumulation), and no leak verdict."""
+    copy-on-write, accumulation, a bounded plateau or step; nothing for a constant cost), and no
+    leak verdict."""
     r = rows[sc.name]
     assert "error" not in r, r.get("error")
     assert r["reported_score"]["kind"], (
         f"expected {sc.expected_kind}; said {r['reported_score'].get('said')}")
 
 
-@pytest.mark.parametrize("sc", [s for s in LEAKS if s.reported], ids=lambda s: s.name)
+@pytest.mark.parametrize("sc", _params([s for s in LEAKS if s.reported], ISSUE23_MISSES),
+                         ids=lambda s: s.name)
 def test_reported_leak_of_the_right_kind(rows: dict[str, dict[str, Any]],
                                          sc: scenarios.Scenario) -> None:
     """A reported leak is found with its holder and, for workers that multiply, as a growing

@@ -1,0 +1,1 @@
+"""Held-out reproductions of reported bugs (scored only by the benchmark, never by the tests)."""
