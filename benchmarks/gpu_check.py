@@ -11,12 +11,12 @@ Writes ``report.md`` and ``report.json`` into ``--out`` (default ``gpu-check-out
 Parts (issue 18's list; the ones marked "not built" are reported as not run):
 
 * ``environment``: Python, torch, CUDA, device, driver, which optional packages are present;
-* ``gpu_tests``: ``pytest -m gpu tests/test_gpu_cuda.py tests/test_recorder_gpu.py``;
+* ``gpu_tests``: ``pytest -m gpu tests/probes/test_gpu_cuda.py tests/runtime/test_recorder_gpu.py``;
 * ``step_cost`` (2a): ``mw.step()`` with the device probe (median and p99 us) beside
   ``torch.cuda.memory_allocated()`` alone and beside the CPU-only session;
 * ``no_sync`` (2b): a training loop under ``torch.cuda.set_sync_debug_mode("error")`` with
   memwatch on: any synchronisation memwatch adds raises;
-* ``fake_device_paths``: ``pytest tests/test_gpu_paths.py`` (device memory outside the
+* ``fake_device_paths``: ``pytest tests/probes/test_gpu_paths.py`` (device memory outside the
   allocator, private pools, the allocation-site join, on FakeDevice: runs with or without CUDA);
 * 2c-2i, each in a child process of its own (``benchmarks/gpu_parts.py``): the bf16 step-time
   ratio of a plain loop, a real OOM inside ``watch()`` with and without expandable segments, a
@@ -106,7 +106,7 @@ def gpu_tests(out: Path) -> dict[str, Any]:
         return {"status": "not run", "reason": "pytest is not installed here"}
     xml = out / "gpu-tests.xml"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
-           f"--junitxml={xml}", "tests/test_gpu_cuda.py", "tests/test_recorder_gpu.py"]
+           f"--junitxml={xml}", "tests/probes/test_gpu_cuda.py", "tests/runtime/test_recorder_gpu.py"]
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800,
                        env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     tail = (r.stdout + r.stderr)[-3000:]
@@ -179,7 +179,7 @@ def fake_device_paths() -> dict[str, Any]:
     if importlib.util.find_spec("pytest") is None:
         return {"status": "not run", "reason": "pytest is not installed here"}
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        "tests/test_gpu_paths.py"], cwd=REPO, capture_output=True, text=True,
+                        "tests/probes/test_gpu_paths.py"], cwd=REPO, capture_output=True, text=True,
                        timeout=600, env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     return {"status": "passed" if r.returncode == 0 else "failed", "exit": r.returncode,
             "note": "on FakeDevice", "output_tail": (r.stdout + r.stderr)[-1500:]}

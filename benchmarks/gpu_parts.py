@@ -3,7 +3,7 @@ child process of its own (``python benchmarks/gpu_parts.py PART OUT_JSON``) so t
 CUDA error in one never poisons the next. ``gpu_check.py`` runs them and reads their JSON.
 
 Without CUDA, the parts whose logic runs on :class:`memwatch.testing.FakeDevice` are covered by
-``tests/test_gpu_paths.py`` (run by gpu_check as ``fake_device_paths``); the rest report
+``tests/probes/test_gpu_paths.py`` (run by gpu_check as ``fake_device_paths``); the rest report
 ``not run: no CUDA device``. Nothing here imports wandb or plotly.
 """
 

@@ -5,8 +5,8 @@ Example::
     >>> import memwatch
     >>> with memwatch.watch(device="cpu", workers=False, out_dir=str(tmp)) as mw:
     ...     mw.step()
-    >>> sorted(k for k in mw.latest() if k.startswith("host."))[:2]
-    ['host.pss', 'host.rss']
+    >>> mw.step_count, mw.latest()["host.rss"] > 0
+    (1, True)
 """
 
 from memwatch._version import __version__

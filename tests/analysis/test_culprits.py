@@ -148,12 +148,12 @@ def test_memwatch_own_containers_left_out() -> None:
 
 
 def test_memwatch_module_caches_left_out() -> None:
-    from memwatch.analysis.culprits import weigh as w
+    from memwatch.analysis.culprits import ownership as o
 
     for i in range(40):  # memwatch's per-type cache grows as new types are met
-        w.is_user_type(type(f"T{i}", (), {}))
+        o.is_user_type(type(f"T{i}", (), {}))
     c = C.take_census()
-    assert id(w._user_type) not in c.containers
+    assert id(o._user_type) not in c.containers
 
 
 def test_classes_weigh_nothing() -> None:

@@ -95,9 +95,8 @@ def test_out_dir_refusals_name_the_fix(tmp_path: Path) -> None:
 def test_memwatch_start_refuses_an_unsafe_out_dir(tmp_path: Path) -> None:
     f = tmp_path / "afile"
     f.write_text("x")
-    mw = memwatch.MemWatch(device="cpu", workers=False, out_dir=f, signals=False)
-    with pytest.raises(ConfigError, match="out_dir="):
-        mw.start()
+    with pytest.raises(ConfigError, match="out_dir=.*exists and is not a directory"):
+        memwatch.MemWatch(device="cpu", workers=False, out_dir=f, signals=False)  # at once
     world = tmp_path / "world"
     world.mkdir()
     os.chmod(world, 0o777)

@@ -12,6 +12,7 @@ import pytest
 import memwatch
 from memwatch.probes import procfs
 from memwatch.probes.host import HostProbe
+from memwatch.probes.malloc import MallocInfo
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -36,8 +37,9 @@ def test_uss_pss_from_smaps_rollup() -> None:
     p = HostProbe()
     slow = p.read_slow()
     p.close()
+    malloc = {"host.malloc_in_use", "host.malloc_free"} if MallocInfo.open() else set()
     assert set(slow) == {"host.uss", "host.pss", "host.swap", "host.rss_anon", "host.rss_file",
-                         "host.rss_shmem"}
+                         "host.rss_shmem"} | malloc
     full = psutil.Process().memory_full_info()
     assert abs(slow["host.uss"] - full.uss) <= max(0.05 * full.uss, 4 * MiB)
     assert 0 < slow["host.uss"] <= slow["host.pss"] <= psutil.Process().memory_info().rss * 1.05

@@ -44,6 +44,18 @@ def test_relative_links_resolve() -> None:
     assert not broken, "broken links:\n" + "\n".join(broken)
 
 
+def test_named_repo_paths_exist() -> None:
+    """A test, benchmark or example file named in the docs, the benchmarks' docstrings or the
+    Makefile exists (files move when the tree is reshaped; a stale path sends a reader nowhere)."""
+    named = re.compile(r"(?<![\w/.-])((?:tests|benchmarks|examples)/[\w/]+\.py)")
+    sources = [ROOT / "README.md", ROOT / "Makefile", *sorted(DOCS.glob("*.md")),
+               *sorted((ROOT / "benchmarks").rglob("*.py")),
+               *sorted((ROOT / "benchmarks").rglob("*.md"))]
+    missing = sorted({f"{src.relative_to(ROOT)}: {m}" for src in sources
+                      for m in named.findall(src.read_text()) if not (ROOT / m).exists()})
+    assert not missing, "paths that do not exist:\n" + "\n".join(missing)
+
+
 def test_index_links_every_page() -> None:
     index = (DOCS / "index.md").read_text()
     linked = {t.partition("#")[0] for t in LINK.findall(index)}

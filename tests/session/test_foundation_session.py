@@ -14,10 +14,13 @@ import pytest
 import memwatch
 from memwatch import MemWatch
 from memwatch.probes.base import DEVICE_FAST_KEYS
+from memwatch.probes.malloc import MallocInfo
 from memwatch.testing import FakeDevice
 
 HOST_KEYS = {"host.rss", "host.uss", "host.pss", "host.swap", "host.rss_anon", "host.rss_file",
              "host.rss_shmem"}
+if MallocInfo.open() is not None:  # glibc >= 2.33: the C allocator's in-use and free bytes
+    HOST_KEYS |= {"host.malloc_in_use", "host.malloc_free"}
 
 
 def _host_keys() -> set[str]:

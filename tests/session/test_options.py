@@ -112,3 +112,17 @@ def test_step_from_a_second_thread_is_ignored_with_one_warning(tmp_path: Path) -
         assert mw.step_count == 10 and not mw.disabled
         assert len(caught) == 1 and issubclass(caught[0].category, memwatch.MemWatchWarning)
         assert "thread other than the one" in str(caught[0].message)
+
+
+def test_hand_over_moves_the_session_to_the_calling_thread(tmp_path: Path) -> None:
+    """A driver that sampled from a timer thread hands the session to the training thread."""
+    with memwatch.watch(device="cpu", workers=False, out_dir=str(tmp_path)) as mw:
+        timer = threading.Thread(target=lambda: [mw.step() for _ in range(4)])
+        timer.start()
+        timer.join()  # the timer thread took the session first
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no warning: the calls count once handed over
+            mw.hand_over()
+            for _ in range(6):
+                mw.step()
+        assert mw.step_count == 10 and not mw.disabled

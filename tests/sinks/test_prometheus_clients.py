@@ -13,6 +13,7 @@ import urllib.request
 
 import pytest
 
+from memwatch.core.protocols import CheckReport
 from memwatch.core.findings import Finding
 
 pytest.importorskip("prometheus_client")
@@ -147,7 +148,8 @@ def test_label_values_are_redacted(sink: PrometheusSink) -> None:
     assert sink.port is not None
     f = Finding(kind="leak", metric="host.rss hf_Zq1Zq2Zq3Zq4Zq5Zq6Zq7", severity="warning",
                 message="m", steps_to_oom=10.0)
-    sink.on_findings(0, [f], None)
+    sink.on_check(CheckReport(stage="train", epoch=0, step=1, check=0, at="epoch_end",
+                              findings=[f]))
     with urllib.request.urlopen(f"http://127.0.0.1:{sink.port}/metrics", timeout=3) as r:
         text = r.read().decode()
     assert "Zq1Zq2" not in text and "<redacted>" in text

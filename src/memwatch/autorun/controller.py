@@ -155,6 +155,8 @@ class Controller:
                     return
             if self.memwatch is None:
                 self._start_session()
+            else:  # time mode's session: this thread steps it from now on (the timer stops)
+                self.memwatch.hand_over()
             self.mode = "plain"
             self.what = ("the plain loop (every step of its optimizer, through torch's "
                          "optimizer step hook)")

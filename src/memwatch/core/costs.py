@@ -17,7 +17,7 @@ Example::
     >>> from memwatch.core.costs import Costs
     >>> c = Costs(budget=0.01, now=lambda: 100.0, start=0.0)
     >>> c.add("census", 0.4)
-    >>> c.allows(0.5), c.allows(0.6)
+    >>> c.allows(0.5), c.allows(0.7)
     (True, False)
     >>> round(c.seconds["census"], 2), c.spent()
     (0.4, 0.4)

@@ -318,6 +318,13 @@ class MemWatch:
                 "session).", MemWatchWarning, stacklevel=3)
         return True
 
+    def hand_over(self) -> None:
+        """The calling thread steps this session from now on. For a driver that sampled the
+        session from a timer thread until training began (``memwatch run``'s time mode): call
+        it from the training thread, once the timer has stopped stepping."""
+        self._thread = threading.get_ident()
+        self._warned_thread = False
+
     def _disable(self, component: str, exc: BaseException) -> None:
         if component in self.disabled:
             return

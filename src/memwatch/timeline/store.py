@@ -215,6 +215,8 @@ class Timeline:
         for v in fast:
             d[i, j] = v
             j += 1
+        if j != self._n_fast:  # the row is not counted: the caller's recovery finds the probe
+            raise ValueError(f"a sample of {j} fast values for {self._n_fast} fast columns")
         self._steps[i] = step
         self._times[i] = t
         self._n += 1

@@ -20,6 +20,7 @@ from typing import Any
 from memwatch.analysis.culprits.frames import frame_local_label
 from memwatch.analysis.culprits.names import local_label, module_label
 from memwatch.analysis.culprits.ownership import is_own_file, is_own_module_name, is_own_type
+from memwatch.core.redact import redact_text
 
 __all__ = ["HOOK_DICTS", "NAMED", "PRIORITY", "ReferrerGraph", "Step", "is_own_object",
            "is_root_module", "key_label", "safe_dict"]
@@ -281,16 +282,20 @@ def is_root_module(obj: Any) -> bool:
 
 
 def key_label(key: Any) -> str:
-    """How a dict key reads in a holder's name: a short string or a number as written, anything
-    else by its type only (never an object's repr: a tensor key would print its values).
+    """How a dict key reads in a holder's name: a string (token shapes redacted first, then cut
+    to 40 characters) or a number as written, anything else by its type only (never an object's
+    repr: a tensor key would print its values).
 
     Example::
 
-        >>> key_label("grad"), key_label(3), key_label(("a", 1)), key_label("x" * 80)
-        ("'grad'", '3', '<tuple>', '<str>')
+        >>> key_label("grad"), key_label(3), key_label(("a", 1)), len(key_label("x" * 80))
+        ("'grad'", '3', '<tuple>', 43)
+        >>> key_label("hf_" + "Qz7Lm2Kp4Zr8Tn6Vb3Wc5Yd1Fg0HjKLMNO")
+        "'<redacted>'"
     """
-    if isinstance(key, str) and len(key) <= 40 and key.isprintable():
-        return repr(key)
+    if isinstance(key, str) and key.isprintable():
+        shown = redact_text(key)
+        return repr(shown[:40]) + ("…" if len(shown) > 40 else "")
     if type(key) in (int, bool) or (type(key) is float and key == key):
         return repr(key)
     return f"<{type(key).__name__}>"
