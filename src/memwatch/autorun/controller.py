@@ -97,7 +97,7 @@ class Controller:
             from torch.optim.optimizer import register_optimizer_step_post_hook
 
             self._handles.append(register_optimizer_step_post_hook(self.on_step))
-            grace = GRACE_INTERVALS * float(self.options.get("interval_s", 1.0))
+            grace = GRACE_INTERVALS * float(self.options.get("interval_s") or 1.0)
             threading.Thread(target=self._tick, args=(grace,), name="memwatch-run-timer",
                              daemon=True).start()
         elif name.endswith(".trainer.trainer"):  # lightning.pytorch or pytorch_lightning
@@ -212,8 +212,8 @@ class Controller:
                 self._start_session()
                 self.mode = "time"
                 self.what = (f"the script by time (no optimizer stepped: a sample every "
-                             f"{float(self.options.get('interval_s', 1.0)):g} s)")
-            every = float(self.options.get("interval_s", 1.0))
+                             f"{float(self.options.get('interval_s') or 1.0):g} s)")
+            every = float(self.options.get("interval_s") or 1.0)
             while not self._stop.wait(every):
                 with self._lock:
                     if self.mode != "time":

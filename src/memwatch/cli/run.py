@@ -250,9 +250,9 @@ def _attaches(imported: list[str] | None, cfg: WatchConfig) -> list[str]:
     out.append("otherwise: every step of the first optimizer that steps (torch's optimizer step "
                f"hook), checks every {every if every is not None else '-'} steps / "
                f"{f'{secs:g}' if secs is not None else '-'} s")
-    grace = GRACE_INTERVALS * cfg.interval_s
+    grace = GRACE_INTERVALS * cfg.sample_every_s
     out.append(f"no optimizer step and no Trainer {grace:g} s after torch is imported: a sample "
-               f"every {cfg.interval_s:g} s until an optimizer steps")
+               f"every {cfg.sample_every_s:g} s until an optimizer steps")
     if imported is not None and "torch" not in imported and not (
             {"lightning", "pytorch_lightning", "transformers", "accelerate"} & set(imported)):
         out.append("(the script does not import torch itself: nothing is attached unless a "

@@ -37,6 +37,8 @@ from memwatch.runtime.watchdog import WatchdogConfig, parse_watchdog
 __all__ = ["DEVICE_CHOICES", "WatchConfig"]
 
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|mps)(?::(\d+))?$")
+#: The background sampler's period when ``interval_s`` is left to memwatch (paced).
+DEFAULT_INTERVAL_S = 1.0
 DEVICE_CHOICES = "None/'auto', 'cpu', 'cuda', 'cuda:N', 'mps', or a probe such as FakeDevice"
 
 
@@ -162,7 +164,11 @@ class WatchConfig:
         host: sample this process's RSS per step and USS/PSS in the background.
         workers: sample DataLoader worker processes in the background.
         out_dir: where bundles, reports and exports go.
-        interval_s: period of the background sampler (slow reads), seconds.
+        interval_s: period of the background sampler (slow reads), seconds. ``None``
+            (default): every second, and longer after a pass whose CPU time would take more than
+            0.5% of a core at that pace (``smaps_rollup`` walks the page tables: about 20 ms a
+            pass per GiB of RSS), so that a large process is not slowed by its own watching. A
+            number is kept as given, whatever a pass costs.
         capacity: raw samples kept in the ring (rows); memory is ``capacity * metrics * 8`` bytes.
         buckets_per_epoch: bucket summaries kept per epoch (even, >= 4).
         total_steps: the run's planned number of optimizer steps, if known (forecast horizon).
@@ -223,7 +229,7 @@ class WatchConfig:
     host: bool = True
     workers: bool = True
     out_dir: str | os.PathLike[str] = "memwatch"
-    interval_s: float = 1.0
+    interval_s: float | None = None
     capacity: int = 32768
     buckets_per_epoch: int = 256
     total_steps: int | None = None
@@ -262,8 +268,9 @@ class WatchConfig:
         for name in ("host", "workers", "analyze", "recorder", "record_history", "signals",
                      "warn"):
             _bool(name, getattr(self, name))
-        s(self, "interval_s", _positive("interval_s", self.interval_s,
-                                        "for example 1.0 (seconds)"))
+        if self.interval_s is not None:
+            s(self, "interval_s", _positive("interval_s", self.interval_s,
+                                            "for example 1.0 (seconds), or None (paced)"))
         _capacity(self.capacity)
         b = self.buckets_per_epoch
         if not isinstance(b, int) or isinstance(b, bool) or not 4 <= b <= 65536 or b % 2:
@@ -335,6 +342,11 @@ class WatchConfig:
     @property
     def watchdog_config(self) -> WatchdogConfig | None:
         return self.watchdog  # type: ignore[no-any-return]
+
+    @property
+    def sample_every_s(self) -> float:
+        """The background sampler's base period: ``interval_s``, or 1 s when it is paced."""
+        return DEFAULT_INTERVAL_S if self.interval_s is None else self.interval_s
 
     def for_evaluation(self, stage: str) -> WatchConfig:
         """The configuration of an evaluation session beside this one: same probes and

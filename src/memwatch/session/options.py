@@ -43,7 +43,7 @@ class AdapterOptions(TypedDict, total=False):
     host: bool
     workers: bool
     out_dir: str | os.PathLike[str]
-    interval_s: float
+    interval_s: float | None
     capacity: int
     buckets_per_epoch: int
     total_steps: int | None

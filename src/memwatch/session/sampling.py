@@ -21,7 +21,7 @@ from memwatch.probes.base import DeviceProbe, Probe
 from memwatch.session.config import WatchConfig
 from memwatch.session.probes import NanProbe, open_probes, resolve_device
 from memwatch.timeline import Timeline
-from memwatch.timeline.sampler import BackgroundSampler, SlowReader
+from memwatch.timeline.sampler import PACED_SHARE, BackgroundSampler, SlowReader
 
 log = logging.getLogger("memwatch")
 
@@ -74,7 +74,8 @@ class Sampling:
         self.slow.poll()  # values exist from the first step on
         cg = self.probe("cgroup")  # the baseline every later OOM-kill count is compared with
         self._oom_kills_at_start = cg.oom_kills() if cg is not None else None
-        self.sampler = BackgroundSampler(self.slow, cfg.interval_s, costs=self._costs)
+        self.sampler = BackgroundSampler(self.slow, cfg.sample_every_s, costs=self._costs,
+                                         share=PACED_SHARE if cfg.interval_s is None else None)
         self.sampler.start()
 
     def _bind(self) -> None:

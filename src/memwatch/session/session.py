@@ -185,7 +185,7 @@ class MemWatch:
     census_mode: Part[str] = Part("config", "census")
     host: Part[bool] = Part("config", "host")
     workers: Part[bool] = Part("config", "workers")
-    interval_s: Part[float] = Part("config", "interval_s")
+    interval_s: Part[float | None] = Part("config", "interval_s")
     log_every_n_steps: Part[int] = Part("config", "log_every_n_steps")
     tracemalloc_frames: Part[int] = Part("config", "tracemalloc_frames")
 

@@ -62,9 +62,14 @@ class SlowReader:
         return new
 
 
+#: The share of one core the background passes may take when the period is memwatch's to pick.
+PACED_SHARE = 0.005
+
+
 class BackgroundSampler:
     """Runs :meth:`SlowReader.poll` every ``interval_s`` seconds on a daemon thread.
 
+    ``share=None`` keeps ``interval_s`` whatever a pass costs (the user chose the period).
     A pass costs CPU in proportion to what it reads (``smaps_rollup`` walks the page tables of
     this process and of each worker: about 20 ms per GiB of RSS). The wait after a pass is
     stretched so that passes take at most ``share`` of one core: ``max(interval_s, cpu /
@@ -74,7 +79,7 @@ class BackgroundSampler:
     """
 
     def __init__(self, reader: SlowReader, interval_s: float, costs: Costs | None = None,
-                 share: float = 0.005) -> None:
+                 share: float | None = PACED_SHARE) -> None:
         self.reader = reader
         self.interval_s = interval_s
         self.share = share
@@ -105,7 +110,8 @@ class BackgroundSampler:
                 if self.costs is not None:
                     self.costs.add("background reads", c1 - c0)
                     self.costs.add("black box", c2 - c1)
-                self.wait_s = max(self.interval_s, min((c2 - c0) / self.share, 60.0))
+                if self.share is not None:
+                    self.wait_s = max(self.interval_s, min((c2 - c0) / self.share, 60.0))
             except Exception:  # noqa: BLE001 - the thread must survive anything
                 log.warning("memwatch: background sampler pass failed", exc_info=True)
 
