@@ -124,6 +124,29 @@ def test_private_growth_in_workers_is_no_copy_on_write() -> None:
     assert not [f for e in res for f in e if f.evidence.get("pattern") == "copy_on_write"]
 
 
+def _warming(s: int) -> float:
+    """A worker's warm-up as measured (numpy Dataset, 2 persistent workers): a start-up step
+    and growth in the first epoch, then growth at about a third of that pace."""
+    e, i = divmod(s, 200)
+    if e == 0:
+        return 40 * MIB + (3 * MIB if i >= 60 else 0) + MIB * i / 200
+    return 44 * MIB + 0.6 * MIB * (e - 1) + 0.6 * MIB * i / 200
+
+
+def test_worker_growth_that_slows_down_is_no_leak_at_the_second_check() -> None:
+    warm = judge(workers(_warming, lambda s: 300 * MIB + _warming(s)), RecordedEvidence(),
+                 epochs=2)
+    assert not [f for e in warm for f in e if f.kind == "leak"]
+
+
+def test_worker_growth_at_a_steady_pace_is_a_leak_at_the_second_check() -> None:
+    def leak(s: int) -> float:
+        return 40 * MIB + 16 * 1024 * s
+
+    res = judge(workers(leak, lambda s: 300 * MIB + leak(s)), RecordedEvidence(), epochs=2)
+    assert [f.kind for f in res[1] if f.metric == "workers.uss"] == ["leak"]
+
+
 def test_a_flat_series_takes_no_census_and_growth_takes_one_each_check() -> None:
     flat = RecordedEvidence()
     judge({"host.rss": lambda s: GIB + (s % 7) * 1024}, flat)

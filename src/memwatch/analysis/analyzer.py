@@ -148,8 +148,10 @@ class Analyzer:
         if metric in _OWN_GROWTH:
             return epoch_stats(summary, metric, self.config.shape, first_epoch=first,
                                offset=offset)
-        if metric.startswith("workers."):
-            # From where every worker of the unit was up: their start-up is no evidence.
+        if metric.startswith("workers.") and metric != "workers.count":
+            # From where every worker of the unit was up: their start-up is no evidence about
+            # their memory. (The count itself is judged over the whole unit: its floor there
+            # is what the workers_count rule reads.)
             start = workers_settled_step(summary, self._worker_shape.min_growth_bytes)
             return epoch_stats(summary, metric, self._worker_shape, first_epoch=first,
                                start_step=start)

@@ -20,8 +20,8 @@ __all__ = ["workers_settled_step"]
 
 def workers_settled_step(summary: EpochSummary, min_growth: float) -> int | None:
     """The first step of ``summary`` from which its workers were all up and settled; None when
-    the count did not rise within the unit (every worker was alive from its start) or the
-    series are missing."""
+    the count did not rise within the unit (every worker was alive from its start), when they
+    settled only in the last quarter of it, or the series are missing."""
     keys = summary.keys
     if "workers.count" not in keys or "workers.rss" not in keys or summary.bucket_floor is None:
         return None
@@ -36,4 +36,9 @@ def workers_settled_step(summary: EpochSummary, min_growth: float) -> int | None
     rss_max = float(np.max(rss[full:]))
     settle = rss_max - max(min_growth, 0.1 * (rss_max - float(rss[full])))
     first = full + max(k, int(np.nonzero(rss[full:] >= settle)[0][0]))
-    return int(steps[min(first, len(steps) - 1)])
+    if len(cnt) - first < max(6, len(cnt) // 4):
+        # Workers kept starting until near the end (a loader built at every evaluation): too
+        # little settled time to judge alone. The whole unit is kept; the workers rules leave
+        # such units out by their count (a unit whose count floor is below today's).
+        return None
+    return int(steps[first])
