@@ -150,6 +150,9 @@ class Holder:
             parts.append(f"{self.container_len} {self.elements or 'items'}")
         if delta:
             parts.append(f"+{delta} since the last check")
+        if self.via_traceback and ".__traceback__" not in self.path:
+            # The route below the named container was left out: it went through tracebacks.
+            parts.append("each keeps its traceback, whose frames keep their locals")
         return f"{self.path} ({', '.join(parts)})"
 
 

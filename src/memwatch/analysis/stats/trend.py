@@ -21,6 +21,9 @@ import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
 
+#: A rise this many times the largest residual is a trend whatever the residuals' correlation
+#: (see :attr:`Trend.dominance`).
+DOMINANT = 10.0
 _Z = {0.90: 1.6448536, 0.95: 1.9599640, 0.99: 2.5758293}
 
 
@@ -50,9 +53,23 @@ class Trend:
     intercept: float
     r1: float  # lag-1 autocorrelation of the detrended residuals
     noise: float  # robust std of residuals around the Theil–Sen line
+    #: The fitted rise over the span, in units of the largest residual (how far any point
+    #: strays from the line). A random walk strays about as far as it rises: over 3,000
+    #: simulated walks each of 12, 36, 100 and 256 points, the 99th percentile is 4.5–5.8 and
+    #: 10 was passed by 0.07%, 0.03%, 0% and 0%.
+    dominance: float = 0.0
 
     def increasing(self, alpha: float = 0.01) -> bool:
-        return self.p < alpha and self.s > 0 and self.slope_low > 0
+        """A significant upward trend: Mann–Kendall's p under ``alpha`` (autocorrelation
+        corrected) with the slope's interval above zero, or a rise that dominates the residuals
+        (ten times the largest of them). The second covers near-deterministic ramps: the
+        residuals of a leak that grows by the same bytes every step are tiny and often
+        correlated (page rounding), and the lag-1 correction, made for noise, then divides the
+        effective sample size by up to ``n``: the same 1 MiB/step ramp of 36 points measured
+        p = 1e-17 in one run and p = 0.03 in the next."""
+        if self.s <= 0:
+            return False
+        return (self.p < alpha and self.slope_low > 0) or self.dominance >= DOMINANT
 
 
 @functools.lru_cache(maxsize=8)
@@ -112,8 +129,11 @@ def trend_test(t_in: npt.ArrayLike, y_in: npt.ArrayLike, confidence: float = 0.9
         factor = 1.0 + 2.0 * float(((1 - k / n) * r1**k).sum())
         var_s *= max(factor, 1.0)
     noise = 1.4826 * float(np.median(np.abs(resid - np.median(resid))))
+    stray = float(np.max(np.abs(resid)))
+    rise = slope * float(t[-1] - t[0])
+    dominance = rise / stray if stray > 0 else (math.inf if rise > 0 else 0.0)
     if var_s <= 0:
-        return Trend(n, s, 0.0, 1.0, slope, slope, slope, intercept, r1, noise)
+        return Trend(n, s, 0.0, 1.0, slope, slope, slope, intercept, r1, noise, dominance)
     z = (s - math.copysign(1.0, s)) / math.sqrt(var_s) if s != 0 else 0.0
     p = math.erfc(abs(z) / math.sqrt(2.0))
     # Sen's confidence interval: ranks of the sorted pairwise slopes around the median.
@@ -124,7 +144,7 @@ def trend_test(t_in: npt.ArrayLike, y_in: npt.ArrayLike, confidence: float = 0.9
     ci = _ranked(slopes, [lo_rank, hi_rank])
     slope_low = ci.get(lo_rank, -math.inf)
     slope_high = ci.get(hi_rank, math.inf)
-    return Trend(n, s, z, p, slope, slope_low, slope_high, intercept, r1, noise)
+    return Trend(n, s, z, p, slope, slope_low, slope_high, intercept, r1, noise, dominance)
 
 
 def _lag1(x: FloatArray) -> float:
