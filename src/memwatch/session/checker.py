@@ -197,9 +197,16 @@ class Checker:
               partial: EpochSummary | None = None, exchange: bool = True) -> list[Finding]:
         """One check of ``summary``: the verdicts, the watchdog, the sinks; the new findings."""
         t0, before = time.perf_counter(), self._inside()
+        rss0 = self._sampling.rss_now()
         try:
             return self._check(summary, at, epoch, partial, exchange)
         finally:
+            rss1 = self._sampling.rss_now()
+            if rss0 is not None and rss1 is not None:
+                # What memwatch's own work at this check (a census, a snapshot, the verdicts,
+                # the sinks' reports, the slow refresh) left in RSS: not the run's growth. The
+                # next units are judged without it.
+                self.own_rss = max(self.own_rss + rss1 - rss0, 0.0)
             # What the parts the check ran did not count themselves (census, holders, the
             # tracemalloc snapshot): the verdicts, the sinks' reports, the slow refresh.
             self._costs.add("verdicts", time.perf_counter() - t0 - (self._inside() - before))
@@ -260,7 +267,7 @@ class Checker:
         origin = self.origin(summary, epoch)
         self.checks += 1
         trace = None
-        own_before, rss0 = self.own_rss, self._sampling.rss_now()
+        own_before = self.own_rss
         if summary is not None and self.tracer is not None:
             try:  # before the analyzer, which reads the diff (keyed by the check)
                 with self._costs.timed("tracemalloc"):
@@ -278,11 +285,6 @@ class Checker:
                                and tracer.collected_epoch == origin.check,
                                own_growth=own_before)
             new = self._analyze(summary, ctx)
-        rss1 = self._sampling.rss_now()
-        if rss0 is not None and rss1 is not None:
-            # What memwatch's own work at this check (a census, a snapshot, the verdicts) left
-            # in RSS: not the run's growth. The next units are judged without it.
-            self.own_rss += max(rss1 - rss0, 0.0)
         if exchange:  # every rank, even after an empty epoch; ranks meet at the same step only
             new += self._exchange_ranks(new, summary, origin)
         self.keep(new)
