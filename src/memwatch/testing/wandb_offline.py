@@ -152,6 +152,9 @@ def read_offline_run(path: str | Path, wait_s: float = 20.0) -> OfflineRun:
     while True:
         logs = sorted(run_dir.glob("*.wandb"))
         if not logs:
+            if time.monotonic() < deadline:  # the writer may not have created it yet
+                time.sleep(0.1)
+                continue
             raise FileNotFoundError(f"no .wandb transaction log under {run_dir}")
         out = OfflineRun(path=run_dir)
         done = False
