@@ -106,7 +106,8 @@ def gpu_tests(out: Path) -> dict[str, Any]:
         return {"status": "not run", "reason": "pytest is not installed here"}
     xml = out / "gpu-tests.xml"
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "gpu",
-           f"--junitxml={xml}", "tests/probes/test_gpu_cuda.py", "tests/runtime/test_recorder_gpu.py"]
+           f"--junitxml={xml}", "tests/probes/test_gpu_cuda.py",
+           "tests/runtime/test_recorder_gpu.py"]
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1800,
                        env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     tail = (r.stdout + r.stderr)[-3000:]

@@ -13,8 +13,8 @@ import urllib.request
 
 import pytest
 
-from memwatch.core.protocols import CheckReport
 from memwatch.core.findings import Finding
+from memwatch.core.protocols import CheckReport
 
 pytest.importorskip("prometheus_client")
 from memwatch.sinks import prometheus_server  # noqa: E402
