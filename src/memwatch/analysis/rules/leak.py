@@ -73,8 +73,9 @@ def judge_metric(inp: RuleInput, metric: str,
                 # library code pages faulted in by the first steps are file-backed too, and
                 # must not delay a leak the census has evidence for.
                 f = _leak_finding(inp, metric, hist, history)
-                if f is not None and f.kind == "leak" and f.culprit:
-                    out = [f]
+                if f is not None and f.kind == "leak" and f.culprit and \
+                        f.evidence.get("pattern") not in native.PATTERNS:
+                    out = [f]  # live objects named: not memory outside them
             return [found, *out]
     trace = ctx.trace if metric.startswith("host.") else None  # tracemalloc sees the host only
     if v == "leak" and metric.startswith("host.") and inp.pair is None and \

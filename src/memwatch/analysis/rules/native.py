@@ -30,7 +30,10 @@ from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.core.findings import Finding, Origin, Severity
 from memwatch.core.units import fmt_bytes
 
-__all__ = ["IN_USE", "HeapGrowth", "heap_growth", "native_or_retention"]
+__all__ = ["IN_USE", "PATTERNS", "HeapGrowth", "heap_growth", "native_or_retention"]
+
+#: The patterns of this module's findings: growth that no live object explains.
+PATTERNS = frozenset({"native_memory", "allocator_retention", "unexplained"})
 
 IN_USE = "host.malloc_in_use"
 FREE = "host.malloc_free"
