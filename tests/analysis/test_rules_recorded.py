@@ -194,3 +194,44 @@ def test_floor_growth_within_the_own_growth_margin_is_no_leak() -> None:
     assert not [f for e in _creep_after_checks(4 * MIB) for f in e if f.kind == "leak"]
     # The same creep with nothing of memwatch's taken out is the run's: a slow leak.
     assert [f.kind for f in _creep_after_checks(0.0)[2] if f.metric == "host.rss"] == ["leak"]
+
+
+def _trials(s: int) -> float:  # a new trial's model kept every 67 steps (3 stairs an epoch)
+    return 4 * MIB * (s // 67)
+
+
+def test_growth_the_allocator_confirms_is_said_before_two_censuses_name_it() -> None:
+    """No census was affordable before the verdict (a short run): the C allocator's in-use bytes
+    growing with RSS make it a leak now, unnamed; without them the verdict waits."""
+    confirmed = judge({"host.rss": lambda s: GIB + _trials(s),
+                       "host.malloc_in_use": lambda s: 200 * MIB + _trials(s)},
+                      RecordedEvidence(), budget=lambda seconds: False)
+    said = [(e, f.evidence["pattern"]) for e, fs in enumerate(confirmed) for f in fs
+            if f.kind == "leak"]
+    assert said and said[0][1] == "in_use_growth", said
+    assert "not named yet" in [f for fs in confirmed for f in fs if f.kind == "leak"][0].message
+    free = judge({"host.rss": lambda s: GIB + _trials(s),
+                  "host.malloc_in_use": lambda s: 200 * MIB + (s % 3) * 4096},
+                 RecordedEvidence(), budget=lambda seconds: False)
+    assert not [f for fs in free for f in fs if f.evidence.get("pattern") == "in_use_growth"]
+
+
+def _unexplained_creep(churn_per_check: float) -> list[list[Finding]]:
+    """RSS floors 4 MiB higher each epoch, nothing live explaining it, the allocator's figures
+    flat, while each check churned ``churn_per_check`` through the heap."""
+    tl = Timeline(["host.rss", "host.malloc_in_use", "host.malloc_free"])
+    analyzer = Analyzer(evidence=RecordedEvidence())
+    out = []
+    for e in range(3):
+        for i in range(200):
+            s = e * 200 + i
+            tl.append(s + 1, float(s), [GIB + e * 4 * MIB + (s % 5) * 4096, 200 * MIB, 2 * MIB])
+        out.append(analyzer.check(tl.end_epoch(), CheckContext(own_churn=e * churn_per_check)))
+    return out
+
+
+def test_unexplained_growth_within_memwatchs_own_churn_is_no_finding() -> None:
+    assert not [f for e in _unexplained_creep(6 * MIB) for f in e if f.kind == "leak"]
+    # The same growth while checks churned nothing: the run's (unexplained: outside malloc).
+    said = [f.evidence["pattern"] for f in _unexplained_creep(0.0)[2] if f.kind == "leak"]
+    assert said == ["unexplained"]

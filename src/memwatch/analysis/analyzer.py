@@ -84,6 +84,8 @@ class Analyzer:
         self.segments: dict[str, list[EpochStats]] = {}
         #: memwatch's own growth (``ctx.own_growth``) at the previous check.
         self._own_judged = 0.0
+        #: memwatch's own churn at this check (``ctx.own_churn``), recorded in host stats.
+        self._churn_now = 0.0
         # Worker memory warms up for longer (lazy page faults of shared libraries, copy-on-write,
         # prefetch buffers) and its level is small: ask for 1% of the level per epoch.
         self._worker_shape = dataclasses.replace(
@@ -105,6 +107,7 @@ class Analyzer:
           each against the previous ones: the checks are the boundaries.
         """
         cfg = self.config
+        self._churn_now = ctx.own_churn
         if ctx.at == "epoch_end":
             stats = self._add(summary, self.history, offset=ctx.own_growth)
             self.segments = {}  # the epoch's segments are in its stats now
@@ -162,6 +165,7 @@ class Analyzer:
             if st is not None:
                 own_step = max(offset - self._own_judged, 0.0)
                 st.threshold = max(st.threshold, OWN_UNCERTAINTY * own_step)
+                st.own_churn = self._churn_now
             return st
         if metric.startswith("workers.") and metric != "workers.count":
             # From where every worker of the unit was up: their start-up is no evidence about

@@ -143,6 +143,11 @@ class CheckContext:
     #: RSS memwatch's own work at earlier checks left behind (bytes): this process's host
     #: metrics are judged without it (a census that grows the heap is not the run's leak).
     own_growth: float = 0.0
+    #: RSS memwatch's checks added while they ran, summed over earlier checks (bytes), before
+    #: subtracting what they freed back to the C allocator. Whether the run reuses that freed
+    #: memory is unknown: host growth no live object explains and no larger than this churn
+    #: between two units is no evidence of the run's (see ``docs/findings.md``).
+    own_churn: float = 0.0
 
     def __post_init__(self) -> None:
         if self.census not in CENSUS_MODES:

@@ -79,6 +79,8 @@ class Checker:
         #: RSS memwatch's own checks left behind so far (bytes): the analyzer judges this
         #: process's memory without it.
         self.own_rss = 0.0
+        #: RSS the checks added while they ran, freed-back memory included (see own_churn).
+        self.own_churn = 0.0
         self.tracer: Any = None  # analysis.culprits.allocations.AllocationTracer while tracing
         self.exchange: Any = None  # runtime.exchange.RankExchange when distributed
 
@@ -197,16 +199,22 @@ class Checker:
               partial: EpochSummary | None = None, exchange: bool = True) -> list[Finding]:
         """One check of ``summary``: the verdicts, the watchdog, the sinks; the new findings."""
         t0, before = time.perf_counter(), self._inside()
-        rss0 = self._sampling.rss_now()
+        rss0, free0 = self._sampling.footprint()
         try:
             return self._check(summary, at, epoch, partial, exchange)
         finally:
-            rss1 = self._sampling.rss_now()
+            rss1, free1 = self._sampling.footprint()
             if rss0 is not None and rss1 is not None:
                 # What memwatch's own work at this check (a census, a snapshot, the verdicts,
                 # the sinks' reports, the slow refresh) left in RSS: not the run's growth. The
-                # next units are judged without it.
-                self.own_rss = max(self.own_rss + rss1 - rss0, 0.0)
+                # next units are judged without it. What the check freed back to the C
+                # allocator stays in RSS but is not memwatch's: the run's next allocations
+                # reuse it (a census of a growing autograd graph frees more every check).
+                kept = rss1 - rss0
+                self.own_churn += max(kept, 0.0)
+                if free0 is not None and free1 is not None:
+                    kept -= max(free1 - free0, 0.0)
+                self.own_rss = max(self.own_rss + kept, 0.0)
             # What the parts the check ran did not count themselves (census, holders, the
             # tracemalloc snapshot): the verdicts, the sinks' reports, the slow refresh.
             self._costs.add("verdicts", time.perf_counter() - t0 - (self._inside() - before))
@@ -267,7 +275,7 @@ class Checker:
         origin = self.origin(summary, epoch)
         self.checks += 1
         trace = None
-        own_before = self.own_rss
+        own_before, churn_before = self.own_rss, self.own_churn
         if summary is not None and self.tracer is not None:
             try:  # before the analyzer, which reads the diff (keyed by the check)
                 with self._costs.timed("tracemalloc"):
@@ -283,7 +291,7 @@ class Checker:
                                tracing=tracer is not None and tracer.active,
                                collected=tracer is not None and tracer.active
                                and tracer.collected_epoch == origin.check,
-                               own_growth=own_before)
+                               own_growth=own_before, own_churn=churn_before)
             new = self._analyze(summary, ctx)
         if exchange:  # every rank, even after an empty epoch; ranks meet at the same step only
             new += self._exchange_ranks(new, summary, origin)
@@ -294,7 +302,7 @@ class Checker:
                 trace: Any = None, census: str | None = None, defer_leaks: bool = False,
                 device_snapshot: Any = None, tracing: bool = False,
                 collected: bool = False, steps_done: int | None = None,
-                own_growth: float = 0.0) -> CheckContext:
+                own_growth: float = 0.0, own_churn: float = 0.0) -> CheckContext:
         """What the analyzer is told at this check (it never reads the session)."""
         view = self._view
         binding = self._sampling.binding()
@@ -308,7 +316,7 @@ class Checker:
             device_kind=getattr(view.device, "kind", "cuda") or "cuda",
             census=census or self._config.census, trace=trace, tracing=tracing,
             collected=collected, device_snapshot=device_snapshot, budget=self._costs.allows,
-            own_growth=own_growth)
+            own_growth=own_growth, own_churn=own_churn)
 
     def keep(self, new: list[Finding], before: bool = False) -> None:
         """Add findings to :attr:`findings` (``before``: restored ones, older than these),

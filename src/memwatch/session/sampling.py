@@ -136,6 +136,19 @@ class Sampling:
         except Exception:  # noqa: BLE001 - evidence only
             return None
 
+    def footprint(self) -> tuple[float | None, float | None]:
+        """This process's RSS and the C allocator's free bytes now (None where unknown): what
+        a check is measured by (memwatch's own growth is RSS it adds less what it frees back to
+        the allocator, which the run's next allocations reuse)."""
+        host = self.probe("host")
+        free = None
+        if host is not None:
+            try:
+                free = host.malloc_free()
+            except Exception:  # noqa: BLE001 - evidence only
+                free = None
+        return self.rss_now(), free
+
     def resume_at(self, step_count: int) -> None:
         """Continue the step numbering of a restored run (never backwards)."""
         self.step_count = max(self.step_count, int(step_count))

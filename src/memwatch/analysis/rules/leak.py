@@ -80,11 +80,17 @@ def judge_metric(inp: RuleInput, metric: str,
     trace = ctx.trace if metric.startswith("host.") else None  # tracemalloc sees the host only
     if v == "leak" and metric.startswith("host.") and inp.pair is None and \
             ctx.census != "never" and not traced_explains(trace, cfg):
-        # Host growth without a census at two checks cannot be told apart from native start-up
-        # growth or allocator retention: this check's census was just taken, so the verdict
-        # (with its culprit) comes at the next check. (Unless live traced Python allocations
-        # grew by as much: that is user code, named by its allocation site.)
-        return []
+        # Host growth without a census at two checks: live objects cannot be asked yet (this
+        # check's census was just taken; the next check names the holder). The C allocator's
+        # in-use bytes growing with RSS already tell memory handed out and kept from memory the
+        # allocator keeps free: said now, unnamed. Without that evidence the verdict waits for
+        # the next check. (Unless live traced Python allocations grew by as much: that is user
+        # code, named by its allocation site.)
+        units = hist[-3:]
+        heap = native.heap_growth(history, units) if len(units) >= 2 else None
+        if heap is None or not heap.native(units[-1].floor - units[0].floor):
+            return []
+        return [_unnamed(inp, metric, hist, history, heap)]
     if v == "leak":
         f = _leak_finding(inp, metric, hist, history)
         return [f] if f is not None else []
@@ -99,17 +105,38 @@ def judge_metric(inp: RuleInput, metric: str,
     return []
 
 
+def _rate(hist: list[EpochStats]) -> tuple[float, float, float]:
+    """The leak's rate (bytes a step) and its interval: the trend's within a growing unit, else
+    from the floors across units."""
+    cur = hist[-1]
+    if cur.shape != "growing" and len(hist) >= 2:
+        steps = sum(h.n_steps for h in hist[-3:])
+        slope = (hist[-1].floor - hist[-3 if len(hist) >= 3 else -2].floor) / max(steps, 1)
+        return slope, slope * 0.5, slope * 1.5
+    return cur.slope, cur.trend.slope_low, cur.trend.slope_high
+
+
+def _unnamed(inp: RuleInput, metric: str, hist: list[EpochStats],
+             history: Mapping[str, list[EpochStats]], heap: native.HeapGrowth) -> Finding:
+    """A host leak the C allocator's in-use bytes confirm, before two censuses can name it."""
+    ctx, cur = inp.ctx, hist[-1]
+    slope = _rate(hist)[0]
+    limit = ctx.limit(metric)
+    _, steps_to_oom = forecast(metric, inp.summary, cur, slope, limit, history)
+    seconds = None if steps_to_oom is None else steps_to_oom * cur.seconds_per_step
+    severity = consequence(steps_to_oom, cur, ctx, inp.cfg)
+    return native.in_use_leak(
+        origin=ctx.origin, metric=metric, units=hist[-3:], slope=slope, heap=heap,
+        limit=limit, limit_name=ctx.limit_name(metric), steps_to_oom=steps_to_oom,
+        seconds_to_oom=seconds, severity=severity, remaining=remaining_steps(cur, ctx),
+        run_known=bool(ctx.total_steps))
+
+
 def _leak_finding(inp: RuleInput, metric: str, hist: list[EpochStats],
                   history: Mapping[str, list[EpochStats]]) -> Finding | None:
     ctx, cfg, pair = inp.ctx, inp.cfg, inp.pair
     cur = hist[-1]
-    slope = cur.slope
-    low, high = cur.trend.slope_low, cur.trend.slope_high
-    if cur.shape != "growing" and len(hist) >= 2:
-        # Cross-unit leak: the rate from the floors.
-        steps = sum(h.n_steps for h in hist[-3:])
-        slope = (hist[-1].floor - hist[-3 if len(hist) >= 3 else -2].floor) / max(steps, 1)
-        low, high = slope * 0.5, slope * 1.5
+    slope, low, high = _rate(hist)
     limit = ctx.limit(metric)
     peak_now, steps_to_oom = forecast(metric, inp.summary, cur, slope, limit, history)
     seconds_to_oom = None if steps_to_oom is None else steps_to_oom * cur.seconds_per_step
@@ -128,7 +155,16 @@ def _leak_finding(inp: RuleInput, metric: str, hist: list[EpochStats],
     if attribution.retention and metric.startswith("host.rss"):
         # Live objects explain too little: the C allocator's figures tell native memory from
         # freed memory it keeps (never allocator advice without that evidence).
-        units = hist[-3:]
+        # The last two units: the stretch the census pair covers (an earlier unit may still
+        # hold the run's warm-up, which no live object explains either).
+        units = hist[-2:]
+        churn = units[-1].own_churn - units[0].own_churn
+        if units[-1].floor - units[0].floor <= churn:
+            # No more than memwatch's own checks churned through the heap meanwhile (what a
+            # census frees may or may not be reused by the run): no evidence of the run's.
+            log.debug("memwatch: %s grew within memwatch's own churn (%s); no finding",
+                      metric, fmt_bytes(churn))
+            return None
         return native.native_or_retention(
             origin=ctx.origin, metric=metric, units=units, slope=slope,
             rss_growth=units[-1].floor - units[0].floor,

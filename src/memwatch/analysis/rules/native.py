@@ -25,7 +25,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from memwatch.analysis.culprits.evidence import Attribution
-from memwatch.analysis.rules.words import forecast_words, where
+from memwatch.analysis.rules.words import forecast_words, span, where
 from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.core.findings import Finding, Origin, Severity
 from memwatch.core.units import fmt_bytes
@@ -151,3 +151,27 @@ def native_or_retention(*, origin: Origin, metric: str, units: list[EpochStats],
             "shapes, C extensions, new CUDA streams or handles.",
         ],
         evidence={"pattern": "unexplained", **ev}, **common)
+
+
+def in_use_leak(*, origin: Origin, metric: str, units: list[EpochStats], slope: float,
+                heap: HeapGrowth, limit: float | None, limit_name: str | None,
+                steps_to_oom: float | None, seconds_to_oom: float | None, severity: Severity,
+                remaining: float, run_known: bool) -> Finding:
+    """Host growth held across checks that the allocator's in-use bytes confirm, said before a
+    census pair can name what holds it (the next check does)."""
+    msg = (f"{where(metric)} grows by {fmt_bytes(slope)} per step {span(units)}, and the C "
+           f"allocator's in-use bytes grew with it ({fmt_bytes(heap.in_use)} over the same "
+           "stretch): memory is handed out and kept, not freed memory the allocator holds on "
+           "to. What holds it is not named yet: naming needs a census at two checks, and this "
+           "check's is the first; the next check names the holder." +
+           forecast_words(limit, steps_to_oom, seconds_to_oom, severity, remaining, run_known,
+                          limit_name))
+    return origin.finding(
+        kind="leak", metric=metric, severity=severity, message=msg, bytes_per_step=slope,
+        steps_to_oom=steps_to_oom, seconds_to_oom=seconds_to_oom, culprit=None,
+        suggestions=["Wait for the next check: it names the container or object that grows.",
+                     "To name it now, run with `MemWatch(tracemalloc=True)`: traced Python "
+                     "allocations are named by the line that made them."],
+        evidence={"pattern": "in_use_growth", "malloc_in_use_growth_bytes": heap.in_use,
+                  "malloc_free_growth_bytes": heap.free, "limit_bytes": limit,
+                  "limit_name": limit_name, "floors": [u.floor for u in units]})

@@ -61,6 +61,8 @@ class EpochStats:
     #: Which summary these stats are of: ``"e3"`` (epoch 3, or epoch 3 so far), ``"s7"``
     #: (segment 7: the stretch between two checks).
     unit: str = ""
+    #: memwatch's own churn (``CheckContext.own_churn``) when this unit was judged.
+    own_churn: float = 0.0
 
     @property
     def slope(self) -> float:
