@@ -170,3 +170,29 @@ def test_dict_of_tuples_reads_as_tuples() -> None:
     W.weigh_growth(g, cache, s)
     s.close()
     assert g.element == "tuples" and g.bytes_delta >= 20 * 16
+
+
+class _Prepared:
+    """A framework object that keeps every model it prepared (accelerate#84's shape)."""
+
+    def __init__(self) -> None:
+        self._models: list[torch.nn.Module] = []
+
+
+PREPARED = _Prepared()
+
+
+def test_a_short_growing_list_of_models_is_the_holder_not_the_model() -> None:
+    """A list of five models that gains three between censuses is recorded (lists from 4
+    elements), so the walk from a weight names the list that keeps gaining models, not the
+    outermost module it passes through."""
+    PREPARED._models[:] = [torch.nn.Sequential(torch.nn.Linear(64, 64)) for _ in range(5)]
+    c0 = C.take_census()
+    PREPARED._models.extend(torch.nn.Sequential(torch.nn.Linear(64, 64)) for _ in range(3))
+    c1 = C.take_census()
+    grown = {g.obj_id: g.len_delta for g in W.container_growth(c0.containers, c1.containers)}
+    assert grown.get(id(PREPARED._models)) == 3
+    weight = PREPARED._models[-1][0].weight
+    h = H.holder_of(weight, owners=grown)
+    assert h is not None and h.path.endswith("PREPARED._models"), h
+    assert h.owner_delta == 3

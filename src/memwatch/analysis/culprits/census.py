@@ -32,6 +32,9 @@ _MAX_IDS_PER_GROUP = 4096
 _MAX_USER_INSTANCES = 20_000
 
 
+_SEQUENCES = frozenset({"list", "deque"})
+
+
 def _torch() -> Any | None:
     return sys.modules.get("torch")
 
@@ -69,7 +72,7 @@ def take_census(collect: bool = False, count_types: bool = True) -> Census:
     claims: dict[tuple[str, int], tuple[Group, bool]] = {}
     type_counts: collections.Counter[str] = collections.Counter()
     containers: dict[int, tuple[int, str]] = {}
-    min_len = weigh.CONTAINER_MIN_LEN
+    min_len, seq_min_len = weigh.CONTAINER_MIN_LEN, weigh.SEQUENCE_MIN_LEN
     own: list[Any] = []  # memwatch's objects: their containers are left out
     user: list[Any] = []  # instances of user classes: their untracked dicts are looked at
     graph = graphs.GraphWalk()
@@ -88,7 +91,7 @@ def take_census(collect: bool = False, count_types: bool = True) -> Census:
         name, kind, is_user, is_tensor = info
         if kind is not None:
             n = len(o)
-            if n >= min_len:
+            if n >= (seq_min_len if kind in _SEQUENCES else min_len):
                 containers[id(o)] = (n, kind)
         if name is None:
             own.append(o)

@@ -85,6 +85,13 @@ class _Walker:
         self.owner_delta: int | None = None
         self.graph.ignore.add(id(self.__dict__))
 
+    def _owned(self, obj: Any) -> bool:
+        """``obj`` is an element of a container that grew since the previous census (a list
+        of models kept by a framework): the walk goes on to name that container."""
+        if not self.owners or self.owner_delta is not None:
+            return False
+        return any(id(r) in self.owners for r in self.graph.referrers(obj))
+
     def walk(self, target: Any, max_depth: int) -> Holder | None:
         segments: list[str] = []  # innermost first
         container: str | None = None
@@ -181,7 +188,7 @@ class _Walker:
                 visited.add(id(cur))
                 continue
             if kind in ("attr", "attr_dict") and is_root_module(parent) and \
-                    not self.graph.inside_module(parent):
+                    not self.graph.inside_module(parent) and not self._owned(parent):
                 # The outermost nn.Module: its class name reads better than the route by which
                 # some trainer happens to reach it.
                 segments.append(label)
