@@ -360,15 +360,11 @@ def test_no_leak_verdict_on_control(rows: dict[str, dict[str, Any]],
 
 
 #: Issue 23's targets on the design part that the analyzer does not meet yet, as strict xfails:
-#: each fails the run the day memwatch meets it, so the marker goes with the fix. Measured on
-#: the quiet and the loaded benchmark runs of 2026-11-27 (benchmarks/scenarios/reported/README.md).
-_HOLDER_MISS = pytest.mark.xfail(strict=True, reason=(
-    "issue 23: the leak is found, but the culprit names the leaked tensors (+150 x "
-    "float32[16x256], grad_fn=AddBackward0), not their holder policy.hidden"))
-_BOUNDED_MISS = pytest.mark.xfail(strict=True, reason=(
-    "issue 23: one validation's outputs kept until the next (a step, then flat) get no "
-    "finding at all, neither plateau nor step_change"))
-ISSUE23_MISSES = {"rep_rnn_hidden_graph": _HOLDER_MISS, "rep_eval_outputs_kept": _BOUNDED_MISS}
+#: each fails the run the day memwatch meets it, so the marker goes with the fix. (The two
+#: written with the corpus, rep_rnn_hidden_graph's holder and rep_eval_outputs_kept's bounded
+#: step, are met: the root of a growing autograd chain is found among the tensors Python code
+#: refers to, and a rise between checks held flat since is a step_change.)
+ISSUE23_MISSES: dict[str, pytest.MarkDecorator] = {}
 
 
 def _params(scs: list[scenarios.Scenario],

@@ -235,3 +235,17 @@ def test_unexplained_growth_within_memwatchs_own_churn_is_no_finding() -> None:
     # The same growth while checks churned nothing: the run's (unexplained: outside malloc).
     said = [f.evidence["pattern"] for f in _unexplained_creep(0.0)[2] if f.kind == "leak"]
     assert said == ["unexplained"]
+
+
+def test_a_rise_between_checks_held_flat_since_is_a_bounded_step() -> None:
+    """One evaluation's outputs kept until the next (Lightning#5735's bounded leak): 14 MiB more
+    from the second unit on, flat inside every unit."""
+    res = judge({"host.rss": lambda s: 300 * MIB + (14 * MIB if s >= 200 else 0) + (s % 5) * 4096},
+                RecordedEvidence())
+    said = [(f.kind, f.severity) for f in res[2]]
+    assert said == [("step_change", "info")], said
+    assert "rose once by 14.0 MiB between two checks" in res[2][0].message
+    # Stairs that keep coming are no bounded step.
+    stairs = judge({"host.rss": lambda s: 300 * MIB + 14 * MIB * (s // 200) + (s % 5) * 4096},
+                   RecordedEvidence())
+    assert not [f for f in stairs[2] if f.kind == "step_change"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import types
 from typing import Any
 
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
@@ -71,7 +72,7 @@ def attribute(metric: str, cur: EpochStats, pair: CensusPair | None,
     objs = weigh.objects_for({c.target for c in cands} | {g.obj_id for g in grown[:12]}
                              | {i for c in cands if c.group is not None
                                 and c.group.graph_nodes_delta > 0
-                                for i in c.group.group.ids[:_GRAPH_TENSORS]})
+                                for i in _graph_sample(c.group)})
     scale = weigh.Scale()
     try:
         for cg in grown[:12]:
@@ -96,6 +97,10 @@ def attribute(metric: str, cur: EpochStats, pair: CensusPair | None,
     group_bytes = max((c.bytes for c in cands if c.group is not None), default=0.0)
     walk_order = [c for c in cands if not (c.container is not None and
                   c.container.element == "tensors" and group_bytes >= 0.5 * c.bytes)]
+    # A growing autograd graph first: its largest-graph tensor is the root that keeps the
+    # chain, and the tensors of other groups saved in that graph (activations) have no holder
+    # a walk can see: walking from them first spends the budget on dead ends.
+    walk_order.sort(key=lambda c: c.graph_nodes <= 0)
     deadline = time.perf_counter() + cfg.holder_budget_s
     for c in walk_order:
         if time.perf_counter() > deadline or c.bytes <= 0:
@@ -184,12 +189,54 @@ def alloc_sites_of(g: GroupGrowth, ctx: CheckContext) -> list[Any]:
 _GRAPH_TENSORS = 32
 
 
+def _graph_sample(g: GroupGrowth) -> list[int]:
+    """The group's tensors whose graphs are measured: the first and the last of those the
+    census recorded, and the newest. The tensor that holds a growing chain (an RNN's carried
+    hidden state) is the newest of its kind, which the collector may list anywhere."""
+    ids, half = g.group.ids, _GRAPH_TENSORS // 2
+    picked = dict.fromkeys([*ids[:half], *ids[-half:], *g.new_ids[-half:]])
+    return list(picked)
+
+
+def _held_from_python(ids: list[int], ignore: set[int], limit: int = 8) -> list[int]:
+    """Tensors of a group that a Python object refers to (a dict, a list, a frame): the roots a
+    growing chain hangs from. Tensors saved inside an autograd graph have no such referrer
+    (autograd holds them from C++). One pass over the collector's objects for the group, one
+    for their referrers: taken only for a group whose graph grows."""
+    import gc
+
+    found = weigh.objects_for(set(ids))
+    tensors = list(found.values())
+    found.clear()
+    if not tensors:
+        return []
+    wanted = {id(t) for t in tensors}
+    mine = {id(tensors), id(wanted), *ignore}
+    out: list[int] = []
+    try:
+        for r in gc.get_referrers(*tensors):
+            if id(r) in mine or not isinstance(r, (dict, list, tuple, types.FrameType)):
+                continue
+            for x in gc.get_referents(r):
+                if id(x) in wanted and id(x) not in out:
+                    out.append(id(x))
+            if len(out) >= limit:
+                break
+    finally:
+        tensors.clear()
+    return out
+
+
 def _largest_graph(g: GroupGrowth, objs: dict[int, Any]) -> tuple[int, int]:
     """(id, nodes) of the tensor of ``g`` with the largest autograd graph (of those found)."""
     from memwatch.analysis.culprits.graphs import graph_size
 
     best, nodes = (g.new_ids or g.group.ids)[0], -1
-    for i in g.group.ids[:_GRAPH_TENSORS]:
+    ids = [*_graph_sample(g), *_held_from_python(g.group.ids, ignore={id(objs)})]
+    missing = {i for i in ids if i not in objs}
+    if missing:
+        objs.update(weigh.objects_for(missing))  # the walk starts from the objects found here
+    for i in ids:
         t = objs.get(i)
         if t is None:
             continue

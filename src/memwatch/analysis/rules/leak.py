@@ -102,7 +102,25 @@ def judge_metric(inp: RuleInput, metric: str,
     if cur.shape == "step" and len(hist) > 1 and worth_reporting(cur, cur.step_height, cfg):
         # (a jump in the first unit is warm-up: optimizer state, lazy initialisation)
         return [step_change(ctx.origin, metric, cur)]
+    stair = _held_stair(hist)
+    if v in ("none", "pending") and stair is not None and worth_reporting(cur, stair, cfg):
+        return [held_step(ctx.origin, metric, hist, stair)]
     return []
+
+
+def _held_stair(hist: list[EpochStats]) -> float | None:
+    """The rise between the two units before this one, when it is far above the noise (four
+    thresholds and 2% of the level: the census's "memory kept between units") and this unit
+    neither grew inside nor added a quarter of it: memory taken once between two checks (an
+    evaluation's outputs kept until the next) and held, flat, since."""
+    if len(hist) < 3:
+        return None
+    a, b, c = hist[-3], hist[-2], hist[-1]
+    stair = b.floor - a.floor
+    if stair <= max(4 * b.threshold, 0.02 * abs(b.level)) or c.shape != "flat" or \
+            b.shape not in ("flat", "step"):
+        return None
+    return stair if c.floor - b.floor < 0.25 * stair else None
 
 
 def _rate(hist: list[EpochStats]) -> tuple[float, float, float]:
@@ -258,6 +276,15 @@ def step_change(origin: Origin, metric: str, cur: EpochStats) -> Finding:
         f"{cur.step_at} and stayed flat before and after: a buffer allocated once (optimizer "
         "state, a cache sized at first use). Not a leak unless it repeats."),
         height=cur.step_height, at_step=cur.step_at)
+
+
+def held_step(origin: Origin, metric: str, hist: list[EpochStats], stair: float) -> Finding:
+    return _benign(origin, "step_change", metric, (
+        f"{where(metric)} rose once by {fmt_bytes(stair)} between two checks "
+        f"({fmt_bytes(hist[-3].floor)} → {fmt_bytes(hist[-2].floor)}) and has stayed flat "
+        "since: memory taken once and held, such as an evaluation's outputs kept until the next "
+        "one or a cache sized at first use. Bounded; not a leak unless it repeats."),
+        height=stair, floors=[h.floor for h in hist[-3:]])
 
 
 RULE = Rule(
