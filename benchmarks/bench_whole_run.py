@@ -47,7 +47,8 @@ DEFAULT_OUT = HERE / "results" / "whole_run.json"
 ADAPTERS = ("lightning", "transformers", "accelerate", "plain")
 TARGETS = {4: 1.02, 60: 1.01}
 BATCH, IN, HIDDEN, OUT = 64, 1024, 2048, 1024
-EPOCHS = 3
+#: Epochs per run (``--epochs``; the children read it from the environment).
+EPOCHS = int(os.environ.get("MEMWATCH_BENCH_EPOCHS", "3"))
 
 
 # --------------------------------------------------------------------------- the workload
@@ -330,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epoch-s", type=float, action="append", default=None,
                     help="epoch length in seconds (repeatable; default 4 and 60)")
     ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--epochs", type=int, default=None,
+                    help="epochs per run (default 3; 2 keeps the 60 s series to 80 minutes)")
     ap.add_argument("--only", action="append", choices=ADAPTERS, default=None)
     ap.add_argument("--step-s", type=float, default=None,
                     help="seconds per step to size epochs with (default: measured)")
@@ -338,6 +341,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--child", nargs=4, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.epochs is not None:
+        global EPOCHS
+        EPOCHS = args.epochs
+        os.environ["MEMWATCH_BENCH_EPOCHS"] = str(args.epochs)
     if args.child is not None:
         adapter, steps, watched, res = args.child
         return child(adapter, int(steps), watched == "1", Path(res))
