@@ -95,7 +95,8 @@ def _mutate_bytes(rnd: random.Random, data: bytes) -> bytes:
 
 
 def _mutate(rnd: random.Random, b: Path) -> str:
-    files = sorted(p.name for p in b.iterdir())
+    # (a second mutation picks among the regular files the first one left)
+    files = sorted(p.name for p in b.iterdir() if p.is_file() and not p.is_symlink())
     name = rnd.choice(files)
     f = b / name
     op = rnd.random()

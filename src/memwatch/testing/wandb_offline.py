@@ -139,7 +139,7 @@ def _run_dir(path: str | Path) -> Path:
     return p
 
 
-def read_offline_run(path: str | Path, wait_s: float = 20.0) -> OfflineRun:
+def read_offline_run(path: str | Path, wait_s: float = 60.0) -> OfflineRun:
     """Decode an offline run directory (or its ``files/``, or a ``WANDB_DIR`` holding one run).
 
     wandb's writer is a separate process that may still be flushing for a moment after

@@ -99,8 +99,11 @@ def attribute(metric: str, cur: EpochStats, pair: CensusPair | None,
                   c.container.element == "tensors" and group_bytes >= 0.5 * c.bytes)]
     # A growing autograd graph first: its largest-graph tensor is the root that keeps the
     # chain, and the tensors of other groups saved in that graph (activations) have no holder
-    # a walk can see: walking from them first spends the budget on dead ends.
-    walk_order.sort(key=lambda c: c.graph_nodes <= 0)
+    # a walk can see: walking from them first spends the budget on dead ends. Only a graph
+    # that is a real part of the growth: the step in progress keeps its own loss and graph
+    # alive at the census (a few KiB), which must not outrank a list that gained megabytes.
+    big = max((c.bytes for c in walk_order), default=0.0)
+    walk_order.sort(key=lambda c: not (c.graph_nodes > 0 and c.bytes >= 0.5 * big))
     deadline = time.perf_counter() + cfg.holder_budget_s
     for c in walk_order:
         if time.perf_counter() > deadline or c.bytes <= 0:
