@@ -200,10 +200,9 @@ class Analyzer:
 
         * ``"verdict"``: a leak metric's growth is held at this check (a leak verdict to
           name: its holder needs this census and the previous one);
-        * ``"growing"``: a leak metric grows steadily in this unit, or its floor sits above
-          where the previous unit ended by far more than the noise (four thresholds and 2% of
-          its level: memory kept between units, by validation or epoch-end hooks, rises in
-          such stairs).
+        * ``"growing"``: a leak metric grows steadily in this unit, or its floor sits above the
+          previous unit's by far more than the noise (four thresholds and 2% of its level:
+          memory kept between units, by validation or epoch-end hooks, rises in such stairs).
           The census at the check *before* a verdict is the baseline the verdict diffs; a
           warm-up levels off, so it is a plateau or a small step, not steady growth;
         * ``"hint"``: a weaker sign (a jump, a floor above the previous unit's, a rise within
@@ -216,12 +215,7 @@ class Analyzer:
                 continue
             if len(hist) >= 2 and verdict(hist, self.config) == "leak":
                 return "verdict"
-            # Memory kept between units: this unit's floor above where the previous one
-            # *ended* (the floor of its last tenth). A rise inside the previous unit (a warm-up:
-            # the first epoch's floor is read before the optimizer state, the allocator's
-            # caches and the loader's prefetch exist) was that unit's own shape, judged as such.
-            held = hist[-1].floor - max(hist[-2].floor, hist[-2].lo_end) \
-                if len(hist) >= 2 else 0.0
+            held = hist[-1].floor - hist[-2].floor if len(hist) >= 2 else 0.0
             if st.shape == "growing" or held > max(4 * st.threshold, 0.02 * abs(st.level)):
                 reason = "growing"
             elif reason is None and (st.shape == "step" or st.rise > st.threshold
