@@ -32,7 +32,9 @@ EPOCHS = 3 if QUICK else 4
 
 
 def main() -> int:
-    out = Path("memwatch-out")
+    # Absolute: wandb writes through a service process that may have been started elsewhere
+    # (WANDB_SERVICE inherited from a parent), where a relative dir means another folder.
+    out = Path("memwatch-out").resolve()
     run = wandb.init(project="memwatch-example", dir=str(out), config={"steps": STEPS})
     model = torch.nn.Linear(256, 256)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)

@@ -363,8 +363,20 @@ def test_no_leak_verdict_on_control(rows: dict[str, dict[str, Any]],
 #: each fails the run the day memwatch meets it, so the marker goes with the fix. (The two
 #: written with the corpus, rep_rnn_hidden_graph's holder and rep_eval_outputs_kept's bounded
 #: step, are met: the root of a growing autograd chain is found among the tensors Python code
-#: refers to, and a rise between checks held flat since is a step_change.)
-ISSUE23_MISSES: dict[str, pytest.MarkDecorator] = {}
+#: refers to, and a rise between checks held flat since is a step_change; the second only in
+#: some runs, see below.)
+ISSUE23_MISSES: dict[str, pytest.MarkDecorator] = {
+    # Not strict: the same code says step_change, allocator_retention or nothing depending on
+    # the run (2026-11-27: step_change and allocator_retention once each in two single-scenario
+    # runs; nothing, allocator_retention, nothing in three corpus runs; step_change in the
+    # previous full test run, allocator_retention in the next). Suspected: whether the census
+    # the first check only hints at fits the cost budget, so whether the pair of censuses
+    # straddles the first validation's kept outputs. A verdict that changes from run to run
+    # is a bug (issue 24's notes); no leak verdict either way
+    # (test_no_leak_verdict_on_control).
+    "rep_eval_outputs_kept": pytest.mark.xfail(strict=False, reason=(
+        "bounded step said as step_change or allocator_retention depending on the run")),
+}
 
 
 def _params(scs: list[scenarios.Scenario],
