@@ -104,3 +104,31 @@ def quick_benchmark(tmp_path: Path) -> Callable[[str], tuple[Any, dict[str, Any]
         return res, json.loads(out.read_text())
 
     return run
+
+
+FRESH_CHILD = "MEMWATCH_TEST_FRESH_CHILD"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Tests marked ``fresh_process`` run in a pytest of their own (a fresh interpreter).
+
+    They plant a host leak in a real framework run and assert what memwatch says of it, as a
+    user's training process would see it. A process that already ran hundreds of tests keeps
+    freed heap that the leak refills without RSS moving, so in the suite's process what the
+    analyzer can say depended on the tests before. The child's failure is this test's failure,
+    with its output."""
+    import os
+    import subprocess
+
+    if pyfuncitem.get_closest_marker("fresh_process") is None or os.environ.get(FRESH_CHILD):
+        return None
+    root = Path(__file__).resolve().parent
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "-p", "no:randomly", pyfuncitem.nodeid], cwd=root,
+                       env={**os.environ, FRESH_CHILD: "1"}, capture_output=True, text=True,
+                       timeout=1200)
+    if r.returncode != 0:
+        pytest.fail(f"{pyfuncitem.nodeid} failed in a fresh process (exit {r.returncode}):\n"
+                    f"{r.stdout[-6000:]}\n{r.stderr[-3000:]}", pytrace=False)
+    return True

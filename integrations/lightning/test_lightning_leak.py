@@ -50,6 +50,7 @@ def test_planted_leak_reported_by_the_second_epoch_after_it_starts(tmp_path: Pat
                for k in rows[0])
 
 
+@pytest.mark.fresh_process
 def test_a_leak_that_is_no_threat_prints_one_line(tmp_path: Path,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     # The same planted leak, judged against the fit's real length (144 steps): no threat
@@ -100,6 +101,7 @@ def first_leak_check(cb: MemWatchCallback) -> list[Any]:
     return [f for f in cb.findings if f.kind == "leak" and f.stage == "train"]
 
 
+@pytest.mark.fresh_process
 def test_a_user_callbacks_list_is_named_at_the_second_check(tmp_path: Path) -> None:
     keeper = KeepsPredictions()
     cb = MemWatchCallback(workers=False)

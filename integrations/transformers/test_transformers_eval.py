@@ -13,6 +13,7 @@ from memwatch import MemWatchWarning
 from memwatch.integrations.transformers import MemWatchCallback
 
 
+@pytest.mark.fresh_process
 def test_outputs_kept_across_evaluations_are_an_evaluation_leak(tmp_path: Path) -> None:
     cb = MemWatchCallback(workers=False)
     args = make_args(tmp_path, num_train_epochs=5, eval_strategy="epoch", logging_steps=50)

@@ -65,6 +65,7 @@ def test_clean_run_is_quiet(tmp_path: Path) -> None:
     assert any("memwatch/val/host.rss_gib" in r for r in trainer.state.log_history)
 
 
+@pytest.mark.fresh_process
 def test_a_leak_that_is_no_threat_prints_one_line(tmp_path: Path,
                                                   caplog: pytest.LogCaptureFixture) -> None:
     # The same planted leak, judged against the run's real length (120 steps): the limit is

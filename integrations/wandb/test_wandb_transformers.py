@@ -25,6 +25,7 @@ LONG_RUN = 10_000_000
 STEPS = 40  # optimizer steps per epoch (batch 8)
 
 
+@pytest.mark.fresh_process
 @pytest.mark.slow  # a real framework run over several epochs
 def test_planted_leak_with_report_to_wandb(tmp_path: Path) -> None:
     sink = WandbSink(series=False)
