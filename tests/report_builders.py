@@ -166,20 +166,3 @@ def leak_bundle(out_dir: Path, epochs: int = 3, steps: int = 40) -> Path:
     assert path is not None
     return path
 
-
-def leak_bundle_fresh(out_dir: Path) -> Path:
-    """:func:`leak_bundle` in a fresh interpreter. A process that has run hundreds of tests
-    keeps freed heap that the planted leak refills without RSS moving, so what the analyzer
-    can say depends on the tests before; a report test needs a run that starts the same way
-    every time."""
-    import subprocess
-    import sys
-
-    here = Path(__file__).resolve().parent
-    code = ("import sys; from pathlib import Path; import report_builders as rb; "
-            "print(rb.leak_bundle(Path(sys.argv[1])))")
-    r = subprocess.run([sys.executable, "-c", code, str(out_dir)], cwd=here, check=True,
-                       capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "PYTHONPATH": str(here)})
-    return Path(r.stdout.strip().splitlines()[-1])
-

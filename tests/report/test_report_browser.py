@@ -157,9 +157,10 @@ window.addEventListener('load',function(){setTimeout(function(){
 SCREEN = (1400, 900)
 
 
+@pytest.mark.fresh_process  # the leak bundle's run starts as a fresh process does
 @pytest.mark.timeout(1200)
 def test_first_screen_of_a_leak_report(chromium: str, tmp_path: Path) -> None:
-    bundle = rb.leak_bundle_fresh(tmp_path / "run")
+    bundle = rb.leak_bundle(tmp_path / "run")
     page = write_html(render_bundle_html(open_bundle(bundle)), tmp_path / "leak.html")
     probe = page.with_name("leak.geometry.html")
     probe.write_text(page.read_text().replace("</body>", _GEOMETRY, 1))
