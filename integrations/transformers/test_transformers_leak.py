@@ -22,6 +22,7 @@ LONG_RUN = 10_000_000
 STEPS = 40  # optimizer steps per epoch (batch 8)
 
 
+@pytest.mark.fresh_process
 def test_planted_leak_in_compute_loss_is_reported_with_its_holder(tmp_path: Path) -> None:
     # Epoch 0 is clean (warm-up); the leak runs in epochs 1 and 2; the verdict must be there by
     # the end of epoch 2.
@@ -48,6 +49,7 @@ def test_planted_leak_in_compute_loss_is_reported_with_its_holder(tmp_path: Path
                for k in rows[-1])
 
 
+@pytest.mark.fresh_process
 def test_clean_run_is_quiet(tmp_path: Path) -> None:
     cb = MemWatchCallback(workers=False, total_steps=LONG_RUN)
     args = make_args(tmp_path, eval_strategy="epoch")

@@ -19,6 +19,7 @@ wandb = pytest.importorskip("wandb")
 
 
 @pytest.mark.slow  # a real framework run over several epochs
+@pytest.mark.fresh_process
 def test_planted_leak_with_log_with_wandb(tmp_path: Path) -> None:
     acc, model, opt, data = setup(n_batches=48, batch_size=128, width=2048, log_with="wandb",
                                   project_dir=str(tmp_path))

@@ -35,7 +35,9 @@ def payload(kind: str, step: int):  # noqa: ANN201 - whatever the mode keeps
     if kind == "numpy":
         return np.full(MIB // 8, float(step))
     if kind == "bytes":
-        return bytes(MIB)
+        # Written bytes: bytes(MIB) is calloc'd, and glibc hands out fresh mmap'd zero pages
+        # without touching them, so RSS grows by a few pages per MiB, not the MiB kept.
+        return bytes(range(256)) * (MIB // 256)
     if kind == "str":
         return f"{step:08d}" * (MIB // 8)
     import torch

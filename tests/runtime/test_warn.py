@@ -144,7 +144,7 @@ def test_a_finding_told_by_one_warner_is_not_told_again(caplog: pytest.LogCaptur
     # A session the user hands to an adapter tells its own findings; the adapter's warner, which
     # sees the same objects, stays quiet about them.
     info = Finding(kind="leak", metric="host.rss", severity="info", message="grows.",
-                   bytes_per_step=1024.0)
+                   bytes_per_step=1024.0, culprit="Tiny.kept (list, 3 tensors)")
     first, second = FindingWarner(), FindingWarner()
     with caplog.at_level(logging.WARNING, logger="memwatch"):
         first.tell([info])
@@ -153,3 +153,46 @@ def test_a_finding_told_by_one_warner_is_not_told_again(caplog: pytest.LogCaptur
         second.tell([Finding(**info.to_dict())])  # an equal verdict of another session is new
     assert len(caplog.records) == 2
     assert ("train", "leak", "host.rss#notice") in second.warned
+
+
+def test_a_notice_without_holder_waits_one_check_for_it(caplog: pytest.LogCaptureFixture) -> None:
+    # A leak that is no threat gets one line: the verdict without a holder (its census needs one
+    # more check) is replaced by the next check's named verdict, whatever metric that one is on.
+    early = Finding(kind="leak", metric="host.malloc_in_use", severity="info", message="grows.",
+                    bytes_per_step=1024.0)
+    named = Finding(kind="leak", metric="host.rss", severity="info", message="grows.",
+                    bytes_per_step=1024.0, culprit="Tiny.kept (list, 3 tensors)")
+    w = FindingWarner()
+    with caplog.at_level(logging.WARNING, logger="memwatch"):
+        w.tell([early])
+        w.end_check()
+        assert caplog.records == []
+        w.tell([named])
+        w.end_check()
+        w.flush()
+    assert [r.getMessage()[:49] for r in caplog.records] == \
+        ["memwatch: leak in host.rss, held by Tiny.kept: +1"]
+
+
+def test_a_notice_without_holder_is_said_when_no_holder_comes(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # ...and when the next check names nobody, the waiting line is said at its end; a session
+    # that closes first says it then. Never a silent leak.
+    early = Finding(kind="leak", metric="host.rss", severity="info", message="grows.",
+                    bytes_per_step=1024.0)
+    w = FindingWarner()
+    with caplog.at_level(logging.WARNING, logger="memwatch"):
+        w.tell([early])
+        w.end_check()
+        w.tell([])
+        assert caplog.records == []
+        w.end_check()
+        assert len(caplog.records) == 1
+        w.tell([Finding(**early.to_dict())])  # said already
+        w.end_check()
+        w.end_check()
+        assert len(caplog.records) == 1
+        closing = FindingWarner()
+        closing.tell([Finding(**early.to_dict())])
+        closing.flush()
+    assert len(caplog.records) == 2

@@ -107,7 +107,7 @@ class Driver:
         self.sinks = given.sinks if given is not None else SinkSet(options.pop("sinks", None))
         # Every check of every session of this adapter (epoch ends, and checks inside epochs,
         # which happen inside mw.step()) reports its findings here.
-        self._fresh: list[tuple[str, Finding]] = []
+        self._fresh: list[tuple[str, str, Finding | None]] = []
         self.sinks.add(FindingsTap(self._fresh))
         self._loggers: list[Any] = []
         self.memwatch: MemWatch | None = None
@@ -204,7 +204,7 @@ class Driver:
         mw = self.memwatch
         if mw is not None:
             mw.step()
-            if self._fresh:  # a check inside the epoch found something
+            if self._fresh:  # a check ran inside the epoch
                 self._take_fresh()
 
     def wants_stop(self) -> bool:
@@ -239,17 +239,20 @@ class Driver:
         """The findings the checks reported since last time: kept, and warned about (outside
         the sinks' dispatch: a warnings filter set to "error" is the user's to see)."""
         fresh, self._fresh[:] = list(self._fresh), []
-        new = [f for _, f in fresh]
+        new = [f for _, _, f in fresh if f is not None]
         self.findings.extend(new)
         del self.findings[:-_MAX_FINDINGS]  # bounded, like the session's own list
         # Threats are warned about (warn=True); every new leak, whatever its severity, reaches
         # the console once (runtime/warn.py); other info findings stay silent, so a clean run
         # is quiet. A session the user passed, which warns itself, said its own already.
-        for f in new:
+        for at, stage, f in fresh:
+            if f is None:  # a check's end: a notice that waited a check for its holder
+                self.warner.end_check(at, stage)
+                continue
             labels = f" [rank {self.rank}]" if self.world_size > 1 else ""
             if f.stage != "train":
                 labels += f" [{self.stage_labels.get(f.stage, f.stage)}]"
-            self.warner.tell([f], labels, warn=self.warn)
+            self.warner.tell([f], labels, warn=self.warn, at=at)
         return new
 
     def eval_start(self, stage: str) -> MemWatch | None:
@@ -381,6 +384,8 @@ class Driver:
         for mw in [self.memwatch, *self.eval_memwatch.values()]:
             if mw is not None:
                 mw.close()
+        self._take_fresh()  # what the closing checks found; waiting notices said
+        self.warner.flush()
         self.sinks.close()
 
     def reset(self) -> None:

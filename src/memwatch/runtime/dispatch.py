@@ -151,15 +151,17 @@ class SinkSet:
 
 class FindingsTap:
     """A sink that collects ``(at, finding)`` from every check (``on_check``: evaluation loops'
-    too), for an adapter to keep and warn about once the framework's call returns."""
+    too) as ``(at, stage, finding)``, then ``(at, stage, None)`` for the check's end, for an
+    adapter to keep and warn about once the framework's call returns."""
 
     sink_name = "the adapter's findings"
 
-    def __init__(self, into: list[tuple[str, Finding]]) -> None:
+    def __init__(self, into: list[tuple[str, str, Finding | None]]) -> None:
         self.into = into
 
     def on_check(self, report: CheckReport) -> None:
-        self.into.extend((report.at, f) for f in report.findings)
+        self.into.extend((report.at, report.stage, f) for f in report.findings)
+        self.into.append((report.at, report.stage, None))
 
     def on_metrics(self, step: int, sample: Any) -> None: ...
 

@@ -7,7 +7,13 @@ Two channels, chosen by what a finding means for the run:
   the holder the first could not (the census needs two checks);
 * a **notice** for a new leak verdict that is not warned about (severity ``info``: the forecast
   reaches no limit within the run): one line on the ``memwatch`` logger at level WARNING, once
-  per (stage, kind, metric). With no logging configured, Python prints it on stderr as it is
+  per (stage, kind, metric). A notice without a holder (the census that names it needs one more
+  check) waits for the end of the next check of its kind and stage (the training's next epoch
+  end for a verdict at a training epoch end: checks inside the epoch, and evaluation loops'
+  checks, take no census for it): when that check names the
+  holder of a leak of the same stage, its line is the only one; otherwise the waiting line is
+  said then (or when the session closes). A leak that is no threat can wait one check, and it
+  gets one line. With no logging configured, Python prints it on stderr as it is
   (``logging.lastResort``); ``logging.getLogger("memwatch").setLevel(logging.ERROR)`` hides it.
   A log record, not a warning: it never turns into an exception under ``-W error`` or pytest's
   warnings-as-errors, and severity keeps meaning "a threat to this run".
@@ -190,12 +196,19 @@ class FindingWarner:
         #: What was said already: (stage, kind, metric), ``metric + "#culprit"`` once the holder
         #: was named, ``metric + "#notice"`` for a notice. Checkpointable as a list of lists.
         self.warned: set[tuple[str, str, str]] = set()
+        #: Notices without a holder, waiting one check for a named one: stage -> (the finding,
+        #: its labels, the kind of check it waits for, the checks of that kind ended since).
+        self._waiting: dict[str, tuple[Finding, str, str, int]] = {}
+        self._at = "epoch_end"
 
-    def tell(self, findings: Iterable[Finding], labels: str = "", *, warn: bool = True) -> None:
+    def tell(self, findings: Iterable[Finding], labels: str = "", *, warn: bool = True,
+             at: str = "epoch_end") -> None:
         """Each new finding, on the channel its severity calls for (``warn=False``: the threats
         too become notices, so a leak still reaches the console once). A finding that another
         warner told already (a session the user handed to an adapter tells its own) is not
-        told again."""
+        told again. ``at``: the kind of check that found them (``"epoch_end"``, ``"interval"``,
+        ...)."""
+        self._at = at
         for f in findings:
             if _TOLD.get(id(f)) is f:
                 continue
@@ -222,7 +235,38 @@ class FindingWarner:
         named = (f.stage, f.kind, f.metric + "#notice#culprit")
         if key in self.warned and (not f.culprit or named in self.warned):
             return
+        if not f.culprit and f.kind == "leak":
+            # said at the end of the next check of this kind, unless that one names the holder
+            self._waiting.setdefault(f.stage, (f, labels, self._at, 0))
+            return
+        waited = self._waiting.pop(f.stage, None)
+        if waited is not None and f.kind == "leak":
+            # The holder of the stage's leak, named: this line replaces the waiting one.
+            self.warned.add((f.stage, waited[0].kind, waited[0].metric + "#notice"))
+        elif waited is not None:
+            self._waiting[f.stage] = waited
         self.warned.add(key)
         if f.culprit:
             self.warned.add(named)
+        log.warning("%s", notice_text(f, labels))
+
+    def end_check(self, at: str = "epoch_end", stage: str = "train") -> None:
+        """A check (of kind ``at``, of ``stage``'s session) had all its findings told: a notice
+        of that stage that waited a whole check of its kind for its holder is said now."""
+        for st, (f, labels, waits_for, checks) in list(self._waiting.items()):
+            if waits_for != at or st != stage:
+                continue
+            if checks >= 1:
+                self._say_waiting(st)
+            else:
+                self._waiting[st] = (f, labels, waits_for, checks + 1)
+
+    def flush(self) -> None:
+        """The session ends: every waiting notice is said."""
+        for stage in list(self._waiting):
+            self._say_waiting(stage)
+
+    def _say_waiting(self, stage: str) -> None:
+        f, labels, _, _ = self._waiting.pop(stage)
+        self.warned.add((f.stage, f.kind, f.metric + "#notice"))
         log.warning("%s", notice_text(f, labels))

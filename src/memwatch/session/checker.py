@@ -161,6 +161,7 @@ class Checker:
             after_fork_in_child()
 
     def close(self) -> None:
+        self._warner.flush()
         if self.exchange is not None:
             self.exchange.close()
         if self.tracer is not None:
@@ -234,10 +235,11 @@ class Checker:
                 stage=self._config.stage, epoch=summary.epoch, step=self._view.step_count,
                 check=self.checks - 1, at=at, findings=tuple(new), summary=summary,
                 rank_summaries=tuple(self.rank_summaries)))
-        if self._config.warn and new:
+        if self._config.warn:
             # Once each: inside an epoch (step() returns nothing) a threat is a MemWatchWarning;
             # every new leak verdict, whatever its severity, at least a one-line notice.
-            self._warner.tell(new, warn=at == "interval")
+            self._warner.tell(new, warn=at == "interval", at=at)
+            self._warner.end_check(at, self._config.stage)
         self._sampling.refresh_slow()
         self._scheduler.checked(self._view.step_count, time.monotonic())
         return new

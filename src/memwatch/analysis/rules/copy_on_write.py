@@ -7,11 +7,13 @@ The workers' private memory (USS) rises while their resident memory (RSS) does n
 were resident already, now they are the worker's own — and it stops once every page a worker
 reads has been copied.
 
-The verdict, at a check where the workers' USS rose by more than its noise (from where every
-worker was up: :mod:`memwatch.analysis.stats.settle`):
+The verdict, at a check where the workers' copying exceeds the USS noise. The copying is the
+larger of two measures (:mod:`memwatch.analysis.stats.settle`): the USS rise from where every
+worker was up and settled, when their RSS rose by less than half as much; and the USS rise less
+the RSS rise since every worker was up (new private memory — a cache in the Dataset — raises
+both alike; copying shared pages raises USS alone, so the difference is the copying whenever
+the settled window began, which on a loaded machine is after most of it). Then:
 
-* the workers' RSS rose by less than half as much (new private memory — a cache in the Dataset
-  — raises both alike; copying shared pages raises USS alone);
 * per worker, the rise is at most what the Dataset's Python objects occupy (the evidence port's
   :meth:`~memwatch.analysis.context.Evidence.dataset_bytes`: the pages reading them can write,
   array buffers and tensor storages left out since reading never writes them): a worker can
@@ -30,6 +32,7 @@ from __future__ import annotations
 from memwatch.analysis.rules import worker_count
 from memwatch.analysis.rules.base import Rule, RuleInput
 from memwatch.analysis.rules.words import where
+from memwatch.analysis.stats.settle import copied_since_all_up
 from memwatch.analysis.stats.shapes import EpochStats, last_value
 from memwatch.core.findings import Finding, Origin
 from memwatch.core.units import fmt_bytes
@@ -55,18 +58,22 @@ def judge(inp: RuleInput) -> list[Finding]:
     rss = rss_hist[-1] if rss_hist and rss_hist[-1].unit == cur.unit else None
     uss_gain = max(cur.rise, cur.growth)
     rss_gain = max(rss.rise, rss.growth) if rss is not None else 0.0
-    if cur.shape not in ("growing", "plateau", "step") or uss_gain <= cur.threshold or \
-            rss_gain >= 0.5 * uss_gain:
+    # Two measures of the copying: the settled window's USS rise when RSS rose by less than half
+    # as much, and the USS rise less the RSS rise since every worker was up (start-up
+    # included; the settled window may have missed most of it on a loaded machine).
+    settled = uss_gain if rss_gain < 0.5 * uss_gain else 0.0
+    copied = max(settled, copied_since_all_up(inp.summary) or 0.0)
+    if cur.shape not in ("growing", "plateau", "step") or copied <= cur.threshold:
         return []
     workers = max(int(count), 1)
-    per_worker = uss_gain / workers
+    per_worker = copied / workers
     held = inp.evidence.dataset_bytes()
     if held is not None:
         if per_worker > SLACK * held or per_worker < min(cfg.cow_min_per_worker, held):
             return []  # more than it can read: something else; or no more than start-up
     elif per_worker < cfg.cow_min_per_worker:
         return []
-    return [finding(ctx.origin, cur, rss, workers, uss_gain, held)]
+    return [finding(ctx.origin, cur, rss, workers, copied, held)]
 
 
 def finding(origin: Origin, cur: EpochStats, rss: EpochStats | None, workers: int,
@@ -74,8 +81,8 @@ def finding(origin: Origin, cur: EpochStats, rss: EpochStats | None, workers: in
     bound = (f" (the Dataset's Python objects occupy about {fmt_bytes(held)}: a worker copies "
              "at most the pages it reads)" if held is not None else "")
     msg = (
-        f"{where(METRIC)} rose by {fmt_bytes(copied)} ({fmt_bytes(copied / workers)} per "
-        f"worker) while their resident memory stayed flat{bound}: that is copy-on-write, not "
+        f"{where(METRIC)} rose by {fmt_bytes(copied)} more than their resident memory "
+        f"({fmt_bytes(copied / workers)} per worker){bound}: that is copy-on-write, not "
         "a leak. Forked workers share the parent's pages until they touch them, and Python "
         "touches every object it reads (reference counts), so shared pages become private one "
         "by one (pytorch#13246). It stops when every page has been copied; summed RSS counts "

@@ -11,7 +11,9 @@ Called by :mod:`.leak` when a host leak verdict's census explains too little of 
 * **allocator retention** — in-use bytes stayed flat while RSS grew and the allocator's free
   bytes grew instead (at least half of it): it keeps memory that was freed (glibc arenas
   fragment under many threads and mixed sizes). ``allocator_retention``, with the allocator's
-  figures as evidence, and allocator advice.
+  figures as evidence, and allocator advice. Severity ``info`` while the free bytes grew by less
+  than glibc's largest trim threshold (:data:`GLIBC_KEEPS`, 64 MiB): keeping that much is the
+  allocator's design, and forecasting an OOM from it extrapolates a warm-up.
 * **outside the C heap, or no evidence** — neither grew (RSS grew outside ``malloc``: Python's
   own small-object arenas, which it maps itself, thread stacks, mappings a library makes), or
   ``mallinfo2`` does not exist (musl, macOS, glibc before 2.33): a ``leak`` (pattern
@@ -39,6 +41,11 @@ IN_USE = "host.malloc_in_use"
 FREE = "host.malloc_free"
 #: In-use bytes that grew by at least this share of the RSS growth: native memory.
 NATIVE_SHARE = 0.5
+#: Free bytes glibc keeps by design: its trim threshold, which rises with its dynamic mmap
+#: threshold up to twice ``DEFAULT_MMAP_THRESHOLD_MAX`` (4 MiB * sizeof(long): 32 MiB on 64-bit;
+#: mallopt(3)). Free memory at the top of the heap below it is never returned, so retention that
+#: grew by less is the allocator's ordinary keeping after a warm-up, no threat to extrapolate.
+GLIBC_KEEPS = 64 * 2**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +121,8 @@ def native_or_retention(*, origin: Origin, metric: str, units: list[EpochStats],
             ],
             evidence={"pattern": "native_memory", **ev}, **common)
     if heap is not None and heap.retained(rss_growth):
+        if (heap.free or 0.0) < GLIBC_KEEPS:
+            severity = "info"  # what glibc keeps by design: said, never warned about
         free = f"; its free bytes grew by {fmt_bytes(heap.free or 0)}"
         msg = (f"{where(metric)} grows by {fmt_bytes(slope)} per step, but the C allocator's "
                f"in-use bytes did not ({fmt_bytes(heap.in_use)} over the same stretch{free}) "

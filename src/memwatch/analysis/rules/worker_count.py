@@ -42,14 +42,16 @@ def judge(history: Mapping[str, list[EpochStats]], ctx: CheckContext, cfg: Analy
     ``loaders_with_workers`` names who keeps the DataLoaders (asked only then)."""
     count = history.get(COUNT, [])
     uss = history.get("workers.uss", [])
-    if not rising(count) or len(uss) < 3:
+    if not rising(count) or not uss:
         return None
     first, cur = count[-3], count[-1]
     steps = sum(h.n_steps for h in count[-3:-1]) or cur.n_steps
     new_workers = cur.floor - first.floor
-    uss_gain = uss[-1].floor - uss[-3].floor
-    per_worker = uss_gain / new_workers if new_workers > 0 else 0.0
-    slope = max(uss_gain, 0.0) / max(steps, 1)
+    # What each live worker holds, from the latest unit: the USS of the first units can be
+    # missing (a unit whose workers started near its end has no settled window), and the verdict
+    # is the count's. Memory grows by that much for every new worker.
+    per_worker = uss[-1].floor / cur.floor if cur.floor > 0 else 0.0
+    slope = max(per_worker * new_workers, 0.0) / max(steps, 1)
     limit = ctx.limit("host.rss")
     peak = uss[-1].peak
     steps_to_oom = steps_to_limit(limit, peak, slope)
@@ -63,8 +65,8 @@ def judge(history: Mapping[str, list[EpochStats]], ctx: CheckContext, cfg: Analy
     msg = (
         f"The number of live DataLoader worker processes keeps rising: {int(first.floor)} → "
         f"{int(cur.floor)} over the last checks, while each worker holds about "
-        f"{fmt_bytes(per_worker)} of private memory (workers.uss {fmt_bytes(uss[-3].floor)} → "
-        f"{fmt_bytes(uss[-1].floor)}). New workers are started and the old ones never stop: "
+        f"{fmt_bytes(per_worker)} of private memory (workers.uss {fmt_bytes(uss[-1].floor)} in "
+        f"all). New workers are started and the old ones never stop: "
         "DataLoaders with persistent workers are being built again (often one per evaluation) "
         "and something keeps the old ones alive."
     )

@@ -15,7 +15,7 @@ import numpy as np
 
 from memwatch.timeline import EpochSummary
 
-__all__ = ["workers_settled_step"]
+__all__ = ["copied_since_all_up", "workers_settled_step"]
 
 
 def workers_settled_step(summary: EpochSummary, min_growth: float) -> int | None:
@@ -42,3 +42,31 @@ def workers_settled_step(summary: EpochSummary, min_growth: float) -> int | None
         # such units out by their count (a unit whose count floor is below today's).
         return None
     return int(steps[first])
+
+
+def copied_since_all_up(summary: EpochSummary) -> float | None:
+    """Bytes the unit's workers turned from shared to private since every one of them was up:
+    the rise of their summed USS less the rise of their summed RSS, from the first bucket where
+    the count reached its maximum to the last (None when the count did not stay there, or the
+    series are missing).
+
+    A page a worker allocates raises both its USS and its RSS; a shared page it writes to
+    (copy-on-write) was resident already, so it raises the USS alone. The difference is
+    therefore the copying, start-up included, and it does not depend on when the start-up
+    ended: the settled window of :func:`workers_settled_step` comes later on a loaded machine
+    and sees less of the copying, which is done by then."""
+    keys = summary.keys
+    if not {"workers.count", "workers.rss", "workers.uss"} <= set(keys) or \
+            summary.bucket_last is None:
+        return None
+    _, cnt = summary.series("workers.count", "last")
+    _, rss = summary.series("workers.rss", "last")
+    _, uss = summary.series("workers.uss", "last")
+    ok = ~(np.isnan(cnt) | np.isnan(rss) | np.isnan(uss))
+    cnt, rss, uss = cnt[ok], rss[ok], uss[ok]
+    if len(cnt) < 2 or cnt.max() <= 0:
+        return None
+    full = int(np.nonzero(cnt >= cnt.max())[0][0])
+    if full >= len(cnt) - 1 or np.any(cnt[full:] != cnt.max()):
+        return None
+    return float((uss[-1] - uss[full]) - (rss[-1] - rss[full]))
