@@ -18,6 +18,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from memwatch.analysis.context import AnalyzerConfig
 from memwatch.analysis.culprits.evidence import Attribution
 from memwatch.analysis.culprits.traced import traced_explains
 from memwatch.analysis.culprits.wording import culprit_of
@@ -88,7 +89,8 @@ def judge_metric(inp: RuleInput, metric: str,
         # code, named by its allocation site.)
         units = hist[-3:]
         heap = native.heap_growth(history, units) if len(units) >= 2 else None
-        if heap is None or not heap.native(units[-1].floor - units[0].floor):
+        if heap is None or not heap.native(units[-1].floor - units[0].floor) or \
+                not _past_placement(hist, cfg):
             return []
         return [_unnamed(inp, metric, hist, history, heap)]
     if v == "leak":
@@ -106,6 +108,13 @@ def judge_metric(inp: RuleInput, metric: str,
     if v in ("none", "pending") and stair is not None and worth_reporting(cur, stair, cfg):
         return [held_step(ctx.origin, metric, hist, stair)]
     return []
+
+
+def _past_placement(hist: list[EpochStats], cfg: AnalyzerConfig) -> bool:
+    """The floor stands more than ``cfg.unnamed_min_growth`` above the lowest floor judged: more
+    than where glibc places each unit's allocations moves a leak-free run (bounded, either way).
+    What a verdict without a holder needs: the floors are its only evidence."""
+    return hist[-1].floor - min(h.floor for h in hist) > cfg.unnamed_min_growth
 
 
 def _held_stair(hist: list[EpochStats]) -> float | None:
@@ -182,6 +191,10 @@ def _leak_finding(inp: RuleInput, metric: str, hist: list[EpochStats],
             # census frees may or may not be reused by the run): no evidence of the run's.
             log.debug("memwatch: %s grew within memwatch's own churn (%s); no finding",
                       metric, fmt_bytes(churn))
+            return None
+        if not _past_placement(hist, cfg):
+            log.debug("memwatch: %s: no object explains its growth, still within glibc's "
+                      "placement; no finding yet", metric)
             return None
         return native.native_or_retention(
             origin=ctx.origin, metric=metric, units=units, slope=slope,
