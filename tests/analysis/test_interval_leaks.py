@@ -14,8 +14,13 @@ def test_a_16_kb_a_step_leak_is_confirmed_within_three_intervals(tmp_path: Path)
     found = run_loop("slow16k", tmp_path)
     leaks = [f for f in found if f["kind"] == "leak"]
     assert leaks, found
-    first = leaks[0]
-    assert first["step"] <= 1500, first  # the third check, at the latest
+    assert leaks[0]["step"] <= 1500, leaks[0]  # the third check, at the latest
+    # ... and named by then: the first verdict may come a check before its holder (the C
+    # allocator's in-use bytes confirm it before a second census can name it).
+    named = [f for f in leaks if f["culprit"]]
+    assert named, leaks
+    first = named[0]
+    assert first["step"] <= 1500, first
     assert first["culprit"].startswith("interval_loops.kept (list, "), first["culprit"]
     assert 14_000 <= first["bytes_per_step"] <= 20_000, first["bytes_per_step"]
 
