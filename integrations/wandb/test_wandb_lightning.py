@@ -27,6 +27,7 @@ LONG_RUN = 10_000_000
 
 
 @pytest.mark.slow  # a real framework run over several epochs
+@pytest.mark.fresh_process
 def test_planted_leak_reaches_every_panel(tmp_path: Path) -> None:
     from lightning.pytorch.loggers import WandbLogger
 
@@ -70,6 +71,7 @@ def test_planted_leak_reaches_every_panel(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # a real framework run over several epochs
+@pytest.mark.fresh_process
 def test_a_leak_that_is_no_threat_is_named_in_the_summary(tmp_path: Path) -> None:
     # The planted leak judged against the fit's real length: no threat (info), no warning; the
     # run's summary still names it and the end-of-run report reaches the run.

@@ -110,11 +110,21 @@ def judge_metric(inp: RuleInput, metric: str,
     return []
 
 
-def _past_placement(hist: list[EpochStats], cfg: AnalyzerConfig) -> bool:
-    """The floor stands more than ``cfg.unnamed_min_growth`` above the lowest floor judged: more
-    than where glibc places each unit's allocations moves a leak-free run (bounded, either way).
-    What a verdict without a holder needs: the floors are its only evidence."""
-    return hist[-1].floor - min(h.floor for h in hist) > cfg.unnamed_min_growth
+def _past_placement(hist: list[EpochStats], cfg: AnalyzerConfig,
+                    without_first: bool = False) -> bool:
+    """What a verdict without a holder needs, the series being its evidence: the floor stands
+    more than ``cfg.unnamed_min_growth`` above the lowest floor judged (more than where glibc
+    places each unit's allocations moves a leak-free run: bounded, either way).
+
+    ``without_first`` (the census found nothing that grew): unless the unit grows steadily
+    inside, the floors must also climb without the first unit. Its floor is taken before the
+    process's own warm-up (lazy state, the allocators' arenas filled by the first
+    accumulation), so a climb from it alone is no evidence when nothing live grew either; a
+    leak keeps climbing and is said one check later."""
+    if hist[-1].floor - min(h.floor for h in hist) <= cfg.unnamed_min_growth:
+        return False
+    return not without_first or hist[-1].shape == "growing" or \
+        (len(hist) >= 4 and verdict(hist[1:], cfg) == "leak")
 
 
 def _held_stair(hist: list[EpochStats]) -> float | None:
@@ -192,7 +202,7 @@ def _leak_finding(inp: RuleInput, metric: str, hist: list[EpochStats],
             log.debug("memwatch: %s grew within memwatch's own churn (%s); no finding",
                       metric, fmt_bytes(churn))
             return None
-        if not _past_placement(hist, cfg):
+        if not _past_placement(hist, cfg, without_first=True):
             log.debug("memwatch: %s: no object explains its growth, still within glibc's "
                       "placement; no finding yet", metric)
             return None
