@@ -22,7 +22,10 @@ def test_a_16_kb_a_step_leak_is_confirmed_within_three_intervals(tmp_path: Path)
     first = named[0]
     assert first["step"] <= 1500, first
     assert first["culprit"].startswith("interval_loops.kept (list, "), first["culprit"]
-    assert 14_000 <= first["bytes_per_step"] <= 20_000, first["bytes_per_step"]
+    # the rate within 25% of what is planted (a 16 KiB bytearray and its object header), the
+    # corpus's target for forecasts: the heap's free space absorbs part of it at first
+    planted = 16 * 1024 + 57
+    assert 0.75 * planted <= first["bytes_per_step"] <= 1.25 * planted, first["bytes_per_step"]
 
 
 def test_its_clean_twin_is_quiet(tmp_path: Path) -> None:
