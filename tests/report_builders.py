@@ -144,6 +144,24 @@ def live_run_with_workers(out_dir: Path, epochs: int = 3) -> Any:
 KEPT: list[Any] = []
 
 
+def leak_bundle_fresh(out_dir: Path) -> Path:
+    """:func:`leak_bundle` made in an interpreter of its own: in a long-lived test process the
+    freed heap of earlier tests (and glibc's raised mmap threshold) absorbs the planted leak and
+    RSS stays flat, so whether the bundle holds a leak verdict would depend on the tests before.
+    For module-scoped fixtures, which cannot use the ``fresh_process`` marker."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from pathlib import Path; import report_builders as rb; "
+            "print(rb.leak_bundle(Path(sys.argv[1])))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", code, str(out_dir)], capture_output=True,
+                          text=True, timeout=300, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
 def leak_bundle(out_dir: Path, epochs: int = 3, steps: int = 40) -> Path:
     """A bundle (``mw.dump``) of a CPU run whose global list ``KEPT`` gains 512 KiB a step."""
     import gc

@@ -39,9 +39,12 @@ def test_leak_found_with_its_holder_clean_twin_quiet_output_unchanged(tmp_path) 
     assert bare.err == ""
     line = assert_leak_found(leak, "kept (list")
     assert "train_plain" in line or "__main__" in line, line
-    # The leak starts at the first step: confirmed at the second or third check (checks count
-    # from 0).
-    assert check_number(line) <= 2, line
+    # The leak starts at the first step: confirmed and named by the last of the 4 checks (checks
+    # count from 0). Named at the third (2) when the second check's series showed steady growth
+    # and took the baseline census; when it showed only a stair (three runs at once on 2 cores)
+    # the census it hints at is beyond the budget of a 128-step run, and the holder is named one
+    # check later (docs/findings.md, "what memwatch cannot see").
+    assert check_number(line) <= 3, line
     assert any("watched the plain loop" in ln and "128 step(s), 4 check(s)" in ln
                for ln in leak.memwatch_lines()), leak.explain()
     assert_quiet(clean)

@@ -22,7 +22,7 @@ FIRST_SCREEN = ("header", "verdicts", "chart")
 
 @pytest.fixture(scope="module")
 def leak(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return rb.leak_bundle(tmp_path_factory.mktemp("first-screen"))
+    return rb.leak_bundle_fresh(tmp_path_factory.mktemp("first-screen"))
 
 
 def sections(html: str) -> dict[str, str]:
