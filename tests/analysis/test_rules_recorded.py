@@ -220,18 +220,21 @@ def test_growth_the_allocator_confirms_is_said_before_two_censuses_name_it() -> 
     assert not [f for fs in free for f in fs if f.evidence.get("pattern") == "in_use_growth"]
 
 
-def _unexplained_creep(churn_per_check: float) -> list[list[Finding]]:
-    """RSS floors 6 MiB higher each epoch, nothing live explaining it, the allocator's figures
-    flat, while each check churned ``churn_per_check`` through the heap. Four epochs: with no
-    live object grown, a climb from the first epoch's floor (taken before the warm-up) is no
-    evidence, so the floors must climb from the second."""
+def _unexplained_creep(churn_per_check: float, per_epoch: float = 6 * MIB, epochs: int = 4,
+                       in_use_follows: bool = False) -> list[list[Finding]]:
+    """RSS floors ``per_epoch`` higher each epoch, nothing live explaining it, the allocator's
+    in-use bytes flat (or rising with RSS: ``in_use_follows``), while each check churned
+    ``churn_per_check`` through the heap. Four epochs: with no live object grown, a climb from
+    the first epoch's floor (taken before the warm-up) is no evidence, so the floors must climb
+    from the second."""
     tl = Timeline(["host.rss", "host.malloc_in_use", "host.malloc_free"])
     analyzer = Analyzer(evidence=RecordedEvidence())
     out = []
-    for e in range(4):
+    for e in range(epochs):
+        in_use = 200 * MIB + (e * per_epoch if in_use_follows else 0.0)
         for i in range(200):
             s = e * 200 + i
-            tl.append(s + 1, float(s), [GIB + e * 6 * MIB + (s % 5) * 4096, 200 * MIB, 2 * MIB])
+            tl.append(s + 1, float(s), [GIB + e * per_epoch + (s % 5) * 4096, in_use, 2 * MIB])
         out.append(analyzer.check(tl.end_epoch(), CheckContext(own_churn=e * churn_per_check)))
     return out
 
@@ -263,15 +266,8 @@ def test_unexplained_growth_within_glibcs_placement_is_no_finding() -> None:
     """Floors 1.5 MiB higher at each of two epochs, the allocator's in-use bytes with them,
     nothing live explaining it (the false verdict on rep_sampler_index_list, whose floors glibc's
     placement moved by 3 MiB in all): no verdict without a holder; 6 MiB an epoch is one."""
-    tl = Timeline(["host.rss", "host.malloc_in_use", "host.malloc_free"])
-    analyzer = Analyzer(evidence=RecordedEvidence())
-    found = []
-    for e in range(3):
-        for i in range(200):
-            s = e * 200 + i
-            tl.append(s + 1, float(s), [GIB + e * 1.5 * MIB + (s % 5) * 4096,
-                                        200 * MIB + e * 1.5 * MIB, 2 * MIB])
-        found += analyzer.check(tl.end_epoch(), CheckContext())
+    found = [f for fs in _unexplained_creep(0.0, per_epoch=1.5 * MIB, epochs=3,
+                                            in_use_follows=True) for f in fs]
     assert not [f for f in found if f.kind == "leak"], [f.message for f in found]
     assert [f.evidence["pattern"] for f in _unexplained_creep(0.0)[3] if f.kind == "leak"] == \
         ["unexplained"]  # 6 MiB an epoch, the same way: 18 MiB above the first floor
