@@ -111,10 +111,13 @@ def outside_allocator(reserved: float, process_used: float | None, free: float |
 def private_pools(stats: Any) -> float:
     """Bytes reserved by the allocator's private pools (CUDA graphs, ``torch.compile(mode=
     "reduce-overhead")``, ``MemPool``): ``reserved_bytes_by_private_pools`` of the nested
-    ``memory_stats``, summed over pools (0 where the torch build has no such key)."""
+    ``memory_stats``, summed over pools. NaN (not measured) where the torch build has no such
+    key: torch 2.11 has none (an H100 run with a CUDA graph alive read no pool,
+    docs/gpu-verification.md); 2.13 documents it. Its only other source, the allocator snapshot,
+    walks every block under the allocator's lock: too dear for a periodic read."""
     pools = stats.get("reserved_bytes_by_private_pools") if isinstance(stats, dict) else None
     if not isinstance(pools, dict):
-        return 0.0
+        return float("nan")
     total = 0.0
     for v in pools.values():
         try:

@@ -7,6 +7,13 @@ available" instead of failing.
 
 Per step it reads the caching allocator's counters: host-side bookkeeping, no device
 synchronisation. ``mem_get_info`` and NVML are read only from the background thread.
+
+The counters' one call, ``torch._C._cuda_memoryStats``, builds a nested dict of every statistic
+(~100 entries): 9.9 us median on an H100 host (torch 2.11; ``torch.cuda.memory_allocated()``,
+which flattens that dict, 63 us). No lighter read exists, so the hot path reads it at most every
+:data:`FAST_MIN_INTERVAL_S` (the session repeats the last values between reads): in a loop of
+short steps the read costs at most ~0.12% of wall time, and a step of 10 ms or more is read every
+time. The window peak between two reads is still the allocator's high-water mark.
 """
 
 from __future__ import annotations
@@ -26,6 +33,10 @@ from memwatch.probes.base import (
 )
 
 log = logging.getLogger("memwatch")
+
+#: The least time between two reads of the allocator's counters on the hot path: 11.8 us of the
+#: probe's read (H100, torch 2.11) in 10 ms is 0.12% of wall time at most.
+FAST_MIN_INTERVAL_S = 0.010
 
 # The CUDA allocator has no way to detach an OOM observer, so memwatch attaches one trampoline per
 # process and points it at whichever observer is current.
@@ -57,6 +68,7 @@ class CudaProbe:
     name = "device"
     fast_keys: tuple[str, ...] = DEVICE_FAST_KEYS
     slow_keys: tuple[str, ...] = DEVICE_SLOW_KEYS
+    fast_min_interval_s = FAST_MIN_INTERVAL_S
 
     def __init__(self, index: int | None = None, use_nvml: bool = True) -> None:
         import torch
@@ -94,6 +106,15 @@ class CudaProbe:
 
     def read_fast(self) -> Sequence[float]:
         s = self._stats()
+        try:  # the layout every torch since 1.x has; the guarded walk below is for any other
+            ab = s["allocated_bytes"]["all"]
+            allocated, hw = float(ab["current"]), float(ab["peak"])
+            return (allocated, float(s["reserved_bytes"]["all"]["current"]),
+                    float(s["active_bytes"]["all"]["current"]), self._peak.update(allocated, hw),
+                    float(s["inactive_split_bytes"]["all"]["current"]),
+                    float(s["num_alloc_retries"]), float(s["num_ooms"]))
+        except (KeyError, TypeError, ValueError):
+            pass
         allocated = _nested_get(s, "allocated_bytes", "all", "current")
         hw = _nested_get(s, "allocated_bytes", "all", "peak")
         return (
@@ -193,6 +214,10 @@ class CudaProbe:
             "torch_cuda": getattr(self._torch.version, "cuda", None),
             "torch_hip": getattr(self._torch.version, "hip", None),
             "outside_allocator_source": self.outside_source,
+            "private_pools_source": "memory_stats" if isinstance(
+                self._stats().get("reserved_bytes_by_private_pools"), dict)
+            else "not measured: this torch's memory_stats has no reserved_bytes_by_private_pools",
+            "fast_min_interval_s": self.fast_min_interval_s,
         }
 
     def close(self) -> None:

@@ -34,6 +34,28 @@ _JOB_SHARED = ("host.rss", "host.uss", "host.pss", "host.rss_anon", "host.rss_sh
 _OWN = ("host.rss", "host.uss", "host.pss", "host.rss_anon", "host.malloc_in_use")
 
 
+def _gated(probe: Probe) -> Callable[[], Sequence[float]]:
+    """``probe.read_fast``, or, for a probe whose read is dear (``fast_min_interval_s`` > 0: the
+    CUDA probe), a read that calls it at most that often and repeats its last values between:
+    the cost is bounded as a share of wall time however short the steps are."""
+    read = probe.read_fast
+    every = float(getattr(probe, "fast_min_interval_s", 0.0) or 0.0)
+    if every <= 0:
+        return read
+    clock = time.perf_counter
+    last: list[Any] = [-math.inf, ()]
+
+    def gated() -> Sequence[float]:
+        now = clock()
+        if now - last[0] < every:
+            return last[1]  # type: ignore[no-any-return]
+        vals = read()
+        last[0], last[1] = now, vals
+        return vals
+
+    return gated
+
+
 class Sampling:
     """The probes, the slow reader, the background sampler and the timeline of one session.
 
@@ -81,7 +103,7 @@ class Sampling:
     def _bind(self) -> None:
         # The hot path calls one bound method it looked up once: the only fast probe's own
         # read_fast (the usual case: the host, or the device), or one that joins several.
-        reads = tuple(p.read_fast for p in self._fast)
+        reads = tuple(_gated(p) for p in self._fast)
         if len(reads) == 1:
             self._read = reads[0]
         elif len(reads) == 2:  # a device and the host: their tuples, joined

@@ -96,6 +96,9 @@ class FakeDevice:
     fast_keys: tuple[str, ...] = DEVICE_FAST_KEYS
     slow_keys: tuple[str, ...] = ("device.free", "device.total", "device.outside_allocator",
                                   "device.private_pools")
+    #: 0: the counters are read at every step. Set it (CudaProbe's is 0.010) to rehearse the
+    #: CUDA probe's gate: the session then reads them at most that often.
+    fast_min_interval_s = 0.0
 
     def __init__(self, total_bytes: int = 16 << 30, index: int = 0, name: str = "FakeGPU") -> None:
         if total_bytes <= 0:
