@@ -169,7 +169,14 @@ def p_2e(out: Path) -> dict[str, Any]:
             "alloc_sites": fs[0]["evidence"].get("alloc_sites") if fs else None}
 
 
+STEP_S = 0.002  # what the fragmenting loop's forward and backward would take, at least
+
+
 def _fragment(out: Path) -> dict[str, Any]:
+    """Allocations of varying size with holes left between them, 2 ms a step. The step time
+    stands for the compute the loop leaves out: the device counters are read at most every
+    10 ms (probes/cuda.py), so a 20-us "step" gave one read an epoch and nothing to judge (the
+    H200 run of 2026-11-27)."""
     import torch
 
     import memwatch
@@ -184,6 +191,7 @@ def _fragment(out: Path) -> dict[str, Any]:
                                         device="cuda"))
                 if len(live) > 24:  # free every other old block: holes of varying size
                     del live[0:24:2]
+                time.sleep(STEP_S)
                 mw.step()
             mw.end_epoch()
         frag = [f for f in _findings(mw) if f["kind"] == "fragmentation"]

@@ -146,10 +146,15 @@ def test_near_oom(tmp_path: Path) -> None:
     assert near[0].evidence["share"] > 0.9
 
 
-def _fragmenting(tmp_path: Path, retries_every: int = 0) -> list[memwatch.Finding]:
+def _fragmenting(tmp_path: Path, retries_every: int = 0, gate_s: float = 0.0,
+                 step_s: float = 0.0) -> list[memwatch.Finding]:
     """Reserved - allocated grows 2 MiB a step while allocated stays flat; the allocator retries
-    every ``retries_every`` steps (0: never)."""
+    every ``retries_every`` steps (0: never); the counters read at most every ``gate_s``, steps
+    of ``step_s``."""
+    import time
+
     dev = FakeDevice(total_bytes=64 * GIB)
+    dev.fast_min_interval_s = gate_s
     out: list[memwatch.Finding] = []
     with memwatch.watch(device=dev, host=False, workers=False, out_dir=str(tmp_path),
                         census="never") as mw:
@@ -160,6 +165,8 @@ def _fragmenting(tmp_path: Path, retries_every: int = 0) -> list[memwatch.Findin
                         reserved=int(5 * GIB + s * 2 * MIB))
                 if retries_every and s % retries_every == 0:
                     dev.alloc_retries += 1
+                if step_s:
+                    time.sleep(step_s)
                 mw.step()
                 s += 1
             out += mw.end_epoch()
@@ -178,6 +185,16 @@ def test_fragmentation_reserved_grows_allocated_flat(tmp_path: Path,
     assert any("expandable_segments" in s for s in frag[0].suggestions)
     assert frag[0].evidence["reserved_minus_allocated"] > GIB
     assert "leak" not in [f.kind for f in out]
+
+
+def test_fragmentation_seen_through_the_cuda_read_gate(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CUDA probe's counters are read at most every 10 ms: with 2-ms steps a unit of 300
+    steps still has some 60 reads, and the verdict stands."""
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
+    out = _fragmenting(tmp_path, gate_s=0.010, step_s=0.002)
+    assert "fragmentation" in [f.kind for f in out] and "leak" not in [f.kind for f in out]
 
 
 def test_expandable_segments_fragmentation_needs_a_retry(tmp_path: Path,
