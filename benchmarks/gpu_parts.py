@@ -180,7 +180,14 @@ def _fragment(out: Path) -> dict[str, Any]:
     import torch
 
     import memwatch
+    from memwatch.probes.cuda import CudaProbe
 
+    # GPU_CHECK_STEP_S / GPU_CHECK_NO_GATE: the same loop another way, to trace a verdict
+    step_s = float(os.environ.get("GPU_CHECK_STEP_S", STEP_S))
+    if os.environ.get("GPU_CHECK_NO_GATE"):
+        CudaProbe.fast_min_interval_s = 0.0
+    stats = torch._C._cuda_memoryStats
+    trace: list[tuple[float, ...]] = []  # per step, read apart from memwatch: to replay on CPU
     sizes = [(3 + (i * 7) % 13) * MiB for i in range(64)]
     live: list[Any] = []
     with tempfile.TemporaryDirectory() as tmp, memwatch.watch(
@@ -191,7 +198,13 @@ def _fragment(out: Path) -> dict[str, Any]:
                                         device="cuda"))
                 if len(live) > 24:  # free every other old block: holes of varying size
                     del live[0:24:2]
-                time.sleep(STEP_S)
+                if step_s:
+                    time.sleep(step_s)
+                st = stats(0)
+                trace.append((st["allocated_bytes"]["all"]["current"],
+                              st["reserved_bytes"]["all"]["current"],
+                              st["inactive_split_bytes"]["all"]["current"],
+                              st["num_alloc_retries"]))
                 mw.step()
             mw.end_epoch()
         frag = [f for f in _findings(mw) if f["kind"] == "fragmentation"]
@@ -199,7 +212,9 @@ def _fragment(out: Path) -> dict[str, Any]:
     expandable = "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
     ok = (not frag if expandable else bool(frag)) and not leaks
     return {"status": "passed" if ok else "failed", "expandable_segments": expandable,
-            "fragmentation_findings": len(frag), "leaks": len(leaks),
+            "fragmentation_findings": len(frag), "leaks": len(leaks), "step_s": step_s,
+            "gate_s": CudaProbe.fast_min_interval_s, "trace": trace,
+            "findings": [f["message"] for f in frag + leaks],
             "advice": frag[0]["suggestions"] if frag else None}
 
 
