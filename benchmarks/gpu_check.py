@@ -257,8 +257,8 @@ def plan(out: Path, quick: bool) -> list[Part]:
         if kind == "oom":
             parts.append(Part(key, what, 2, 120,
                               lambda t, d, key=key: gpu_adapters.run_part(key, out, t, d)))
-    for key in ("2e_leak_with_allocation_site", "2f_real_fragmentation",
-                "2f_fragmentation_expandable", "2h_private_pools"):
+    for key in ("2e_leak_with_allocation_site", "2f_stable_holes", "2f_stable_holes_expandable",
+                "2h_private_pools"):
         parts.append(Part(key, child[key][0], 2, child[key][1],
                           lambda t, d, key=key: gpu_parts.run_part(key, out, t)))
     parts += [
@@ -270,6 +270,10 @@ def plan(out: Path, quick: bool) -> list[Part]:
              lambda t, d: gpu_tests(out, t)),
         Part("fake_device_paths", "pytest tests/probes/test_gpu_paths.py (FakeDevice)", 2, 120,
              lambda t, d: fake_device_paths(t), cpu=True),
+        # near the device's end: nothing else may hold device memory meanwhile
+        Part("2f_fragmentation_near_capacity", child["2f_fragmentation_near_capacity"][0], 3,
+             child["2f_fragmentation_near_capacity"][1],
+             lambda t, d: gpu_parts.run_part("2f_fragmentation_near_capacity", out, t)),
         Part("2g_outside_allocator", child["2g_outside_allocator"][0], 3,
              child["2g_outside_allocator"][1],
              lambda t, d: gpu_parts.run_part("2g_outside_allocator", out, t)),

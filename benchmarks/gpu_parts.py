@@ -34,9 +34,12 @@ PARTS: dict[str, tuple[str, int]] = {
                                60),
     "2e_leak_with_allocation_site": ("device tensors kept by a global list: holder and "
                                      "allocation site (record_history=True)", 90),
-    "2f_real_fragmentation": ("interleaved allocations of varying size: fragmentation finding",
-                              90),
-    "2f_fragmentation_expandable": ("the same loop with expandable segments: quiet", 90),
+    "2f_stable_holes": ("interleaved allocations of 3-15 MiB: the cache settles with holes in "
+                        "the first epoch and stays: no fragmentation verdict, no leak", 90),
+    "2f_stable_holes_expandable": ("the same loop with expandable segments: quiet", 90),
+    "2f_fragmentation_near_capacity": ("the same loop with 1 GiB of the device left: the "
+                                       "allocator frees its cache and retries: fragmentation",
+                                       60),
     "2g_outside_allocator": ("device.outside_allocator read, grows with new cuBLAS handles", 45),
     "2h_private_pools": ("a CUDA graph's private pool in device.private_pools, no false leak",
                          90),
@@ -170,13 +173,16 @@ def p_2e(out: Path) -> dict[str, Any]:
 
 
 STEP_S = 0.002  # what the fragmenting loop's forward and backward would take, at least
+HEADROOM = 1 << 30  # 2f_fragmentation_near_capacity: device memory left to the loop
 
 
-def _fragment(out: Path) -> dict[str, Any]:
-    """Allocations of varying size with holes left between them, 2 ms a step. The step time
-    stands for the compute the loop leaves out: the device counters are read at most every
-    10 ms (probes/cuda.py), so a 20-us "step" gave one read an epoch and nothing to judge (the
-    H200 run of 2026-11-27)."""
+def _fragment(out: Path, near_capacity: bool = False) -> dict[str, Any]:
+    """Allocations of 3-15 MiB, 24 alive, every other old one freed: holes of varying size, 2 ms
+    a step (the compute the loop leaves out: the device counters are read at most every 10 ms,
+    probes/cuda.py). On a roomy device the cache fills with holes in the first epoch and stays
+    (the H200 trace of 2026-11-27: allocated 3 -> 200 MiB and the gap 10 -> 130 MiB in epoch 0,
+    then both flat): not fragmentation. ``near_capacity``: a ballast leaves the loop 1 GiB, so
+    the cache meets the device's end, and the allocator frees its cache and retries."""
     import torch
 
     import memwatch
@@ -190,32 +196,42 @@ def _fragment(out: Path) -> dict[str, Any]:
     trace: list[tuple[float, ...]] = []  # per step, read apart from memwatch: to replay on CPU
     sizes = [(3 + (i * 7) % 13) * MiB for i in range(64)]
     live: list[Any] = []
+    ballast = None
+    if near_capacity:
+        free, _total = torch.cuda.mem_get_info()
+        ballast = torch.empty(max(free - HEADROOM, 0), dtype=torch.uint8, device="cuda")
+    oom = None
     with tempfile.TemporaryDirectory() as tmp, memwatch.watch(
             device="cuda", workers=False, out_dir=tmp, signals=False) as mw:
-        for epoch in range(4):
-            for i in range(100):
-                live.append(torch.empty(sizes[(i + epoch) % 64], dtype=torch.uint8,
-                                        device="cuda"))
-                if len(live) > 24:  # free every other old block: holes of varying size
-                    del live[0:24:2]
-                if step_s:
-                    time.sleep(step_s)
-                st = stats(0)
-                trace.append((st["allocated_bytes"]["all"]["current"],
-                              st["reserved_bytes"]["all"]["current"],
-                              st["inactive_split_bytes"]["all"]["current"],
-                              st["num_alloc_retries"]))
-                mw.step()
-            mw.end_epoch()
+        try:
+            for epoch in range(4):
+                for i in range(100):
+                    live.append(torch.empty(sizes[(i + epoch) % 64], dtype=torch.uint8,
+                                            device="cuda"))
+                    if len(live) > 24:  # free every other old block: holes of varying size
+                        del live[0:24:2]
+                    if step_s:
+                        time.sleep(step_s)
+                    st = stats(0)
+                    trace.append((st["allocated_bytes"]["all"]["current"],
+                                  st["reserved_bytes"]["all"]["current"],
+                                  st["inactive_split_bytes"]["all"]["current"],
+                                  st["num_alloc_retries"]))
+                    mw.step()
+                mw.end_epoch()
+        except torch.OutOfMemoryError as e:  # fragmentation can end it: that is a result too
+            oom = str(e)[:300]
         frag = [f for f in _findings(mw) if f["kind"] == "fragmentation"]
         leaks = [f for f in _findings(mw) if f["kind"] == "leak"]
+    del ballast
     expandable = "expandable_segments:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
-    ok = (not frag if expandable else bool(frag)) and not leaks
+    retries = trace[-1][3] if trace else 0
+    ok = (bool(frag) if near_capacity else not frag) and not leaks
     return {"status": "passed" if ok else "failed", "expandable_segments": expandable,
             "fragmentation_findings": len(frag), "leaks": len(leaks), "step_s": step_s,
-            "gate_s": CudaProbe.fast_min_interval_s, "trace": trace,
+            "gate_s": CudaProbe.fast_min_interval_s, "alloc_retries": retries, "oom": oom,
             "findings": [f["message"] for f in frag + leaks],
-            "advice": frag[0]["suggestions"] if frag else None}
+            "advice": frag[0]["suggestions"] if frag else None, "trace": trace}
 
 
 def p_2g(out: Path) -> dict[str, Any]:
@@ -311,8 +327,9 @@ CHILDREN = {
     "2d_real_oom": lambda out: _oom(out, "plain"),
     "2d_real_oom_expandable": lambda out: _oom(out, "expandable"),
     "2e_leak_with_allocation_site": p_2e,
-    "2f_real_fragmentation": _fragment,
-    "2f_fragmentation_expandable": _fragment,
+    "2f_stable_holes": _fragment,
+    "2f_stable_holes_expandable": _fragment,
+    "2f_fragmentation_near_capacity": lambda out: _fragment(out, near_capacity=True),
     "2g_outside_allocator": p_2g,
     "2h_private_pools": p_2h,
     "2i_report_of_gpu_bundle": p_2i,
