@@ -270,10 +270,6 @@ def plan(out: Path, quick: bool) -> list[Part]:
              lambda t, d: gpu_tests(out, t)),
         Part("fake_device_paths", "pytest tests/probes/test_gpu_paths.py (FakeDevice)", 2, 120,
              lambda t, d: fake_device_paths(t), cpu=True),
-        # near the device's end: nothing else may hold device memory meanwhile
-        Part("2f_fragmentation_near_capacity", child["2f_fragmentation_near_capacity"][0], 3,
-             child["2f_fragmentation_near_capacity"][1],
-             lambda t, d: gpu_parts.run_part("2f_fragmentation_near_capacity", out, t)),
         Part("2g_outside_allocator", child["2g_outside_allocator"][0], 3,
              child["2g_outside_allocator"][1],
              lambda t, d: gpu_parts.run_part("2g_outside_allocator", out, t)),
