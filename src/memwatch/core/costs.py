@@ -7,10 +7,14 @@ allocator), the black-box rewrites, the sinks. ``MemWatch.costs()`` shows them; 
 background reads more often than their cost allows.
 
 The budget is a share of the run so far: at defaults, memwatch's work off the hot path stays
-under 1% of the run's wall time. Decisions use measured cost *per unit of work* (a census's
-seconds per object walked, a background pass's CPU seconds) against the run's own pace, never
-how long the last check happened to take on a busy machine: a machine twice as loaded makes the
-run and memwatch's work twice as slow alike, and the same decisions follow.
+under 1% of the run. Decisions are taken in **CPU time** once the training thread is known
+(:meth:`Costs.bind`): memwatch's own CPU seconds (a census's, a background pass's) against the
+CPU seconds the training thread has run since. Wall time is what a shared machine's load
+stretches, and not evenly: a census that meets a busy moment takes twice its wall time, the run
+around it does not, and a budget in wall time then decides differently from one run to the next
+(the corpus's hint censuses did). CPU time is the work itself. Before the thread is bound, or
+where a thread's CPU clock cannot be read, wall time stands in. ``seconds`` (what
+``MemWatch.costs()`` shows) stays in wall time: what the run waited.
 
 Example::
 
@@ -21,10 +25,17 @@ Example::
     (True, False)
     >>> round(c.seconds["census"], 2), c.spent()
     (0.4, 0.4)
+    >>> b = Costs(budget=0.01, now=lambda: 100.0, start=0.0)
+    >>> cpu = iter([0.0, 10.0, 10.0])  # the training thread's CPU clock: at bind, then later
+    >>> b.bind(clock=lambda: next(cpu))
+    >>> b.add("census", 0.4, cpu=0.05)  # 0.4 s of wall on a busy machine, 0.05 s of work
+    >>> b.allows(0.04), b.allows(0.06)  # 1% of 10 CPU seconds, whatever the wall clock says
+    (True, False)
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -43,20 +54,53 @@ class Costs:
         self.budget = budget
         self._now = now
         self.start = now() if start is None else start
-        #: Seconds by part (``census``, ``attribution``, ``checks``, ``background``, ...). Each
-        #: part is written by one thread only.
+        #: Wall seconds by part (``census``, ``attribution``, ``checks``, ``background``, ...).
+        #: Each part is written by one thread only.
         self.seconds: dict[str, float] = {}
+        #: CPU seconds by part, of the thread that did the work: what decisions count.
+        self.cpu: dict[str, float] = {}
+        self._clock: Callable[[], float] | None = None  # the training thread's CPU clock
+        self._clock_start = 0.0
 
-    def add(self, part: str, seconds: float) -> None:
+    def bind(self, thread_id: int | None = None,
+             clock: Callable[[], float] | None = None) -> None:
+        """Budget in CPU time from now on: against the CPU seconds of the thread ``thread_id``
+        (the one that trains; default: the calling thread) since this call. ``clock`` replaces
+        that thread's CPU clock (tests). Where the platform cannot read another thread's CPU
+        clock, wall time stays."""
+        if clock is None:
+            get = getattr(time, "pthread_getcpuclockid", None)
+            if get is None:
+                return
+            try:
+                clk = get(threading.get_ident() if thread_id is None else thread_id)
+                time.clock_gettime(clk)
+            except (OSError, OverflowError, ValueError):
+                return
+
+            def clock() -> float:
+                return time.clock_gettime(clk)
+
+        try:
+            self._clock_start = clock()
+        except OSError:
+            return
+        self._clock = clock
+
+    def add(self, part: str, seconds: float, cpu: float | None = None) -> None:
+        """Add ``seconds`` of wall time to ``part``, and ``cpu`` seconds of CPU (default: the
+        same figure: a part measured in CPU time already, as the background reads are)."""
         self.seconds[part] = self.seconds.get(part, 0.0) + max(seconds, 0.0)
+        c = seconds if cpu is None else cpu
+        self.cpu[part] = self.cpu.get(part, 0.0) + max(c, 0.0)
 
     @contextmanager
     def timed(self, part: str) -> Iterator[None]:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         try:
             yield
         finally:
-            self.add(part, time.perf_counter() - t0)
+            self.add(part, time.perf_counter() - t0, time.thread_time() - c0)
 
     def spent(self) -> float:
         return sum(self.seconds.values())
@@ -66,7 +110,17 @@ class Costs:
         return max(self._now() - self.start, 0.0)
 
     def allows(self, seconds: float) -> bool:
-        """Optional work of this estimated cost keeps everything within the budget."""
+        """Optional work of this estimated cost keeps everything within the budget: in CPU
+        seconds against the training thread's CPU time once :meth:`bind` was called, else in
+        wall seconds against the session's wall time."""
+        clock = self._clock
+        if clock is not None:
+            try:
+                ran = clock() - self._clock_start
+            except OSError:  # the thread has ended: its clock is gone
+                ran = None
+            if ran is not None:
+                return sum(self.cpu.values()) + seconds <= self.budget * max(ran, 0.0)
         return self.spent() + seconds <= self.budget * self.elapsed()
 
     def snapshot(self) -> dict[str, float]:

@@ -200,6 +200,7 @@ class Checker:
               partial: EpochSummary | None = None, exchange: bool = True) -> list[Finding]:
         """One check of ``summary``: the verdicts, the watchdog, the sinks; the new findings."""
         t0, before = time.perf_counter(), self._inside()
+        c0, before_cpu = time.thread_time(), self._inside(self._costs.cpu)
         rss0, free0 = self._sampling.footprint()
         try:
             return self._check(summary, at, epoch, partial, exchange)
@@ -218,10 +219,12 @@ class Checker:
                 self.own_rss = max(self.own_rss + kept, 0.0)
             # What the parts the check ran did not count themselves (census, holders, the
             # tracemalloc snapshot): the verdicts, the sinks' reports, the slow refresh.
-            self._costs.add("verdicts", time.perf_counter() - t0 - (self._inside() - before))
+            self._costs.add("verdicts", time.perf_counter() - t0 - (self._inside() - before),
+                            time.thread_time() - c0 - (self._inside(self._costs.cpu)
+                                                       - before_cpu))
 
-    def _inside(self) -> float:
-        s = self._costs.seconds
+    def _inside(self, by_part: dict[str, float] | None = None) -> float:
+        s = self._costs.seconds if by_part is None else by_part
         return s.get("census", 0.0) + s.get("attribution", 0.0) + s.get("tracemalloc", 0.0)
 
     def _check(self, summary: EpochSummary | None, at: str, epoch: int,

@@ -306,6 +306,7 @@ class MemWatch:
         thread after that (ignored, with one warning)."""
         if self._thread is None:
             self._thread = threading.get_ident()
+            self._costs.bind()  # the budget counts this thread's CPU time from here
             return False
         if not self._warned_thread:
             self._warned_thread = True
@@ -323,6 +324,7 @@ class MemWatch:
         session from a timer thread until training began (``memwatch run``'s time mode): call
         it from the training thread, once the timer has stopped stepping."""
         self._thread = threading.get_ident()
+        self._costs.bind()
         self._warned_thread = False
 
     def _disable(self, component: str, exc: BaseException) -> None:

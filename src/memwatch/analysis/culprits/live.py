@@ -12,6 +12,7 @@ import gc
 import logging
 import os
 import sys
+import time
 from typing import Any
 
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
@@ -56,6 +57,10 @@ class LiveEvidence:
         self._blocks = 0  # the allocator's block count when last_objects was counted
         #: Milliseconds the last census took (None until one ran).
         self.last_census_ms: float | None = None
+        #: CPU seconds the last census took, on the thread that ran it (None until one ran),
+        #: and the objects it walked.
+        self.last_census_cpu: float | None = None
+        self.last_objects_walked = 0
 
     def object_count(self) -> int:
         # Listing a framework's heap (200,000 objects and more) to count it takes tens of
@@ -68,19 +73,26 @@ class LiveEvidence:
         return self.last_objects
 
     def census_cost(self) -> float:
+        """The next census's estimated CPU seconds: objects to walk times the last census's CPU
+        seconds per object (a constant before any census). CPU time, not wall: a busy machine
+        does not make a census look dearer (see memwatch.core.costs)."""
         objects = self.object_count()
-        per_object = (self.last_census_ms / 1000.0 / objects
-                      if self.last_census_ms and objects else _SECONDS_PER_OBJECT)
+        walked = self.last_objects_walked
+        per_object = (self.last_census_cpu / walked
+                      if self.last_census_cpu and walked else _SECONDS_PER_OBJECT)
         return objects * per_object
 
     def census(self, *, collect: bool, count_types: bool, epoch: int, step: int,
                rss: float) -> CensusPair | None:
+        c0 = time.thread_time()
         try:
             with self._costs.timed("census"):
                 c = census_mod.take_census(collect=collect, count_types=count_types)
         except Exception as e:  # noqa: BLE001
             log.warning("memwatch: tensor census failed (%s); culprits will not be named", e)
             return None
+        self.last_census_cpu = time.thread_time() - c0
+        self.last_objects_walked = c.objects
         self.last_objects = c.objects
         self._blocks = sys.getallocatedblocks()
         self.last_census_ms = c.elapsed_ms
