@@ -20,8 +20,11 @@ $(STAMP): pyproject.toml constraints.txt
 demo: venv
 	WANDB_MODE=offline HF_HUB_OFFLINE=1 $(PY) examples/lightning_demo.py
 
+# Two workers (pytest-xdist), a test module's tests on one worker (--dist loadfile: module
+# fixtures such as the corpus run are taken once); JOBS=1 for one process.
+JOBS ?= 2
 test: venv
-	WANDB_MODE=offline HF_HUB_OFFLINE=1 WANDB_SILENT=true $(PY) -m pytest -q
+	WANDB_MODE=offline HF_HUB_OFFLINE=1 WANDB_SILENT=true $(PY) -m pytest -q -n $(JOBS) --dist loadfile
 
 # The quick loop while editing: stop at the first failure, skip the slow end-to-end tests.
 test-fast: venv
