@@ -34,5 +34,7 @@ def test_the_object_count_is_listed_again_only_when_the_heap_changed(monkeypatch
 def test_a_census_sets_the_count_and_the_cost_per_object() -> None:
     ev = LiveEvidence()
     ev.census(collect=False, count_types=True, epoch=0, step=1, rss=0.0)
-    assert ev.last_objects and ev.last_census_ms is not None
-    assert ev.census_cost() == ev.last_objects * (ev.last_census_ms / 1000.0 / ev.last_objects)
+    assert ev.last_objects and ev.last_census_ms is not None and ev.last_census_cpu
+    # the estimate is in CPU seconds per object walked (what a busy machine does not stretch)
+    assert ev.last_objects_walked == ev.last_objects
+    assert ev.census_cost() == ev.last_objects * (ev.last_census_cpu / ev.last_objects)
