@@ -24,7 +24,7 @@ demo: venv
 # fixtures such as the corpus run are taken once); JOBS=1 for one process.
 JOBS ?= 2
 test: venv
-	WANDB_MODE=offline HF_HUB_OFFLINE=1 WANDB_SILENT=true $(PY) -m pytest -q -n $(JOBS) --dist loadfile
+	WANDB_MODE=offline HF_HUB_OFFLINE=1 WANDB_SILENT=true $(PY) -m pytest -q -n $(JOBS) --dist loadfile --durations=15
 
 # The quick loop while editing: stop at the first failure, skip the slow end-to-end tests.
 test-fast: venv
