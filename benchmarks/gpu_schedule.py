@@ -83,6 +83,10 @@ class Check:
             return f"not selected (--only): {part.what}"
         if not self.cuda and not (part.cpu or (self.rehearse and part.window > 1)):
             return f"no CUDA device: {part.what}"
+        if not self.cuda and part.name.endswith("_expandable"):
+            # an environment variable of the CUDA allocator: on the CPU the part is its plain
+            # twin again, which the rehearsal runs
+            return f"no CUDA device (expandable segments are a CUDA allocator setting): {part.what}"
         return None
 
     def record(self, part: Part, result: dict[str, Any], seconds: float) -> None:
