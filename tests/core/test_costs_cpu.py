@@ -18,7 +18,7 @@ def _burn(cpu_seconds: float) -> None:
 
 
 def test_waiting_is_not_budget_working_is() -> None:
-    c = Costs(budget=0.01)
+    c = Costs(budget=0.01, floor_s=0.0)
     c.bind()
     time.sleep(0.3)  # wall time passes, the thread does no work: no budget
     assert not c.allows(0.002)
@@ -31,7 +31,7 @@ def test_waiting_is_not_budget_working_is() -> None:
 def test_budget_counts_the_bound_thread_from_another() -> None:
     """The analyzer asks from the training thread, the background sampler from its own: both
     read the training thread's clock."""
-    c = Costs(budget=0.01)
+    c = Costs(budget=0.01, floor_s=0.0)
     done = threading.Event()
 
     def train() -> None:
@@ -56,3 +56,14 @@ def test_a_session_binds_its_training_thread(tmp_path: Path) -> None:
         assert costs._clock is None
         mw.step()
         assert costs._clock is not None
+
+
+def test_a_short_run_may_always_take_a_quarter_second() -> None:
+    """1% of a 3-second run is less than one census of a framework's heap: below the floor the
+    decision would hang on how far load stretched the run. A quarter second in all is allowed."""
+    c = Costs(budget=0.01)
+    c.bind()
+    _burn(0.05)
+    assert c.allows(0.2) and not c.allows(0.3)
+    c.add("census", 0.2, cpu=0.2)
+    assert c.allows(0.04) and not c.allows(0.06)

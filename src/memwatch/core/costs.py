@@ -19,18 +19,20 @@ where a thread's CPU clock cannot be read, wall time stands in. ``seconds`` (wha
 Example::
 
     >>> from memwatch.core.costs import Costs
-    >>> c = Costs(budget=0.01, now=lambda: 100.0, start=0.0)
+    >>> c = Costs(budget=0.01, now=lambda: 100.0, start=0.0, floor_s=0.0)
     >>> c.add("census", 0.4)
     >>> c.allows(0.5), c.allows(0.7)
     (True, False)
     >>> round(c.seconds["census"], 2), c.spent()
     (0.4, 0.4)
-    >>> b = Costs(budget=0.01, now=lambda: 100.0, start=0.0)
+    >>> b = Costs(budget=0.01, now=lambda: 100.0, start=0.0, floor_s=0.0)
     >>> cpu = iter([0.0, 10.0, 10.0])  # the training thread's CPU clock: at bind, then later
     >>> b.bind(clock=lambda: next(cpu))
     >>> b.add("census", 0.4, cpu=0.05)  # 0.4 s of wall on a busy machine, 0.05 s of work
     >>> b.allows(0.04), b.allows(0.06)  # 1% of 10 CPU seconds, whatever the wall clock says
     (True, False)
+    >>> Costs(now=lambda: 3.0, start=0.0).allows(0.2)  # a 3-second run: the floor, 0.25 s
+    True
 """
 
 from __future__ import annotations
@@ -44,14 +46,20 @@ __all__ = ["BUDGET", "Costs"]
 
 #: The share of a run's wall time memwatch's work off the hot path may take, at defaults.
 BUDGET = 0.01
+#: CPU seconds of optional work a run may always take, however short it is: a quarter second
+#: in all is not what a user of a seconds-long run notices, while 1% of it (30 ms for 3 s) is
+#: less than one census of a framework's heap, so a short run's hint census was decided by how
+#: far load stretched its wall time. The share governs every run past 25 s of training CPU.
+FLOOR_S = 0.25
 
 
 class Costs:
     """Seconds spent by part, and the budget left for optional work."""
 
     def __init__(self, budget: float = BUDGET, now: Callable[[], float] = time.monotonic,
-                 start: float | None = None) -> None:
+                 start: float | None = None, floor_s: float = FLOOR_S) -> None:
         self.budget = budget
+        self.floor_s = floor_s
         self._now = now
         self.start = now() if start is None else start
         #: Wall seconds by part (``census``, ``attribution``, ``checks``, ``background``, ...).
@@ -112,7 +120,7 @@ class Costs:
     def allows(self, seconds: float) -> bool:
         """Optional work of this estimated cost keeps everything within the budget: in CPU
         seconds against the training thread's CPU time once :meth:`bind` was called, else in
-        wall seconds against the session's wall time."""
+        wall seconds against the session's wall time; never less than ``floor_s`` in all."""
         clock = self._clock
         if clock is not None:
             try:
@@ -120,8 +128,9 @@ class Costs:
             except OSError:  # the thread has ended: its clock is gone
                 ran = None
             if ran is not None:
-                return sum(self.cpu.values()) + seconds <= self.budget * max(ran, 0.0)
-        return self.spent() + seconds <= self.budget * self.elapsed()
+                return sum(self.cpu.values()) + seconds <= max(self.budget * max(ran, 0.0),
+                                                              self.floor_s)
+        return self.spent() + seconds <= max(self.budget * self.elapsed(), self.floor_s)
 
     def snapshot(self) -> dict[str, float]:
         """Seconds by part, plus ``total`` and the run's ``elapsed`` wall time."""
