@@ -36,7 +36,6 @@ from gpu_common import (  # noqa: E402
     gpt2,
     ratio_summary,
     spawn,
-    tree_bytes,
     write_result,
 )
 
@@ -215,6 +214,7 @@ def oom(framework: str, device: str, out: Path) -> dict[str, Any]:
     """A real OOM at step 3 ends the run with one bundle: before unwind on CUDA, the allocator's
     segments and the census's groups in it."""
     from memwatch.bundle import find_bundles
+    from memwatch.bundle.format import dir_size
 
     d = out / f"oom-{framework}-{device}"
     raised: BaseException | None = None
@@ -241,7 +241,7 @@ def oom(framework: str, device: str, out: Path) -> dict[str, Any]:
     else:
         ok = m.get("classification") == "host_oom" and bool(groups)
     return {"status": "passed" if ok else "failed", "framework": framework, "device": device,
-            "bundle": str(path), "bundle_bytes": tree_bytes(path), "trigger": m.get("trigger"),
+            "bundle": str(path), "bundle_bytes": dir_size(path), "trigger": m.get("trigger"),
             "classification": m.get("classification"), "pre_unwind": m.get("pre_unwind"),
             "segments": segments, "census_groups": len(groups),
             "exception": f"{type(raised).__name__}: {str(raised)[:200]}",

@@ -57,11 +57,6 @@ def spawn(args: list[str], res: Path, what: str, timeout: int,
             "error": (r.stdout + r.stderr)[-2000:]}
 
 
-def tree_bytes(path: Path) -> int:
-    """Bytes of the files under ``path`` (a bundle's size on disk)."""
-    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
-
-
 def write_result(res: Path, check: Any) -> int:
     """In a child: run ``check()`` and write its result to ``res`` (a missing package is "not
     run" with the reason; any other error "failed" with its traceback). Always exits 0."""

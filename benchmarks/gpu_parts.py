@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO / "src") not in sys.path:
     sys.path.insert(0, str(REPO / "src"))
 
-from gpu_common import EXPANDABLE, spawn, tree_bytes, write_result  # noqa: E402
+from gpu_common import EXPANDABLE, spawn, write_result  # noqa: E402
 
 MiB = 1 << 20
 
@@ -109,6 +109,7 @@ def _oom(out: Path, tag: str) -> dict[str, Any]:
 
     import memwatch
     from memwatch.bundle import find_bundles, open_bundle
+    from memwatch.bundle.format import dir_size
 
     free, total = torch.cuda.mem_get_info()
     d = out / f"oom-{tag}"
@@ -135,7 +136,7 @@ def _oom(out: Path, tag: str) -> dict[str, Any]:
     cuda_groups = [g for g in census.get("groups", []) if str(g["device"]).startswith("cuda")]
     ok = m.get("pre_unwind") is True and bool(snap.get("segments")) and bool(cuda_groups)
     return {"status": "passed" if ok else "failed", "bundle": str(paths[0]),
-            "bundle_bytes": tree_bytes(paths[0]), "exception_attr": bundle is not None,
+            "bundle_bytes": dir_size(paths[0]), "exception_attr": bundle is not None,
             "pre_unwind": m.get("pre_unwind"),
             "classification": m.get("classification"), "segments": len(snap.get("segments", [])),
             "census_cuda_groups": len(cuda_groups), "write_seconds": m.get("write_seconds"),
