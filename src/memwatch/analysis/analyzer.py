@@ -86,6 +86,8 @@ class Analyzer:
         self._own_judged = 0.0
         #: memwatch's own churn at this check (``ctx.own_churn``), recorded in host stats.
         self._churn_now = 0.0
+        #: Censuses taken so far (the first one is the baseline every later verdict diffs).
+        self.censuses = 0
         # Worker memory warms up for longer (lazy page faults of shared libraries, copy-on-write,
         # prefetch buffers) and its level is small: ask for 1% of the level per epoch.
         self._worker_shape = dataclasses.replace(
@@ -229,7 +231,12 @@ class Analyzer:
         (:meth:`_census_reason`) — a verdict to name or steady growth always (the diagnosis is
         worth its cost), a weaker hint only within the session's cost budget (its estimate:
         objects to walk times this run's measured seconds per object; never how long the last
-        check took). A clean run with a flat series takes none."""
+        check took) once a first census exists. The first is the baseline: without it no
+        verdict can be named at its own check, and whether a short run's budget had room for it
+        would hang on how fast the machine walked the heap that moment (a budget in seconds
+        against a cost in seconds: the floor and a census of a framework's heap are of one
+        size). One census per run, a few tenths of a CPU second at most. A clean run with a
+        flat series takes none."""
         if ctx.census in ("never", "skip"):
             return None
         if ctx.census == "auto" and reason != "verdict":
@@ -238,12 +245,13 @@ class Analyzer:
             if reason is None or not self.config.census_when_suspected or \
                     self.evidence.object_count() > self.config.census_max_objects:
                 return None
-            if reason == "hint" and ctx.budget is not None and \
+            if reason == "hint" and self.censuses and ctx.budget is not None and \
                     not ctx.budget(self.evidence.census_cost()):
                 return None
         # The tracemalloc snapshot of this check ran gc.collect() a moment ago; while tracing,
         # its allocation sites replace the per-type object counts (see take_census).
         rss = last_value(summary, "host.rss")
+        self.censuses += 1
         return self.evidence.census(collect=not ctx.collected, count_types=not ctx.tracing,
                                     epoch=summary.epoch, step=summary.end_step,
                                     rss=float("nan") if rss is None else rss)

@@ -53,7 +53,7 @@ class AnalyzerConfig:
     # hint (also within the session's cost budget). census_when_suspected=False: verdicts only.
     census_max_objects: int = 1_000_000
     census_when_suspected: bool = True
-    holder_budget_s: float = 5.0  # time allowed to name holders at one epoch end
+    holder_budget_s: float = 5.0  # CPU seconds allowed to name holders at one check
     retention_explained: float = 0.2  # host growth explained by objects below this share
     # Host RSS growth of which file-backed pages are at least this share is judged in parts:
     # the file-backed pages (``mapped_file``, info: the kernel reclaims them) and the anonymous

@@ -104,9 +104,10 @@ def attribute(metric: str, cur: EpochStats, pair: CensusPair | None,
     # alive at the census (a few KiB), which must not outrank a list that gained megabytes.
     big = max((c.bytes for c in walk_order), default=0.0)
     walk_order.sort(key=lambda c: not (c.graph_nodes > 0 and c.bytes >= 0.5 * big))
-    deadline = time.perf_counter() + cfg.holder_budget_s
+    # CPU seconds of this thread, as in every walk (:class:`.referrers.ReferrerGraph`).
+    deadline = time.thread_time() + cfg.holder_budget_s
     for c in walk_order:
-        if time.perf_counter() > deadline or c.bytes <= 0:
+        if time.thread_time() > deadline or c.bytes <= 0:
             break
         # Out of the dict before the walk: a container of ours must not be reported as the
         # holder (our frames are skipped, our dicts would not be).
@@ -115,7 +116,7 @@ def attribute(metric: str, cur: EpochStats, pair: CensusPair | None,
             continue
         # (``objs`` still holds the other candidates, a container among them: not a holder)
         holder = holders_mod.holder_of(target,
-                                       budget_s=max(deadline - time.perf_counter(), 0.1),
+                                       budget_s=max(deadline - time.thread_time(), 0.1),
                                        ignore=(id(objs), id(owners)), owners=owners)
         del target
         if holder is None:

@@ -112,7 +112,7 @@ class _Walker:
                 self.owner_delta = self.owners[id(target)]
                 stripping = False
         for _ in range(max_depth):
-            if time.perf_counter() > self.graph.deadline:
+            if time.thread_time() > self.graph.deadline:
                 break
             refs = self.graph.referrers(cur)
             step = self.graph.best_step(cur, refs, visited)

@@ -61,6 +61,8 @@ def judge_metric(inp: RuleInput, metric: str,
     cur = hist[-1]
     prev = hist[-2] if len(hist) >= 2 else None
     v = verdict(hist, cfg)
+    if v != "leak" and metric == "host.rss" and native.in_use_held(history, hist, cfg):
+        v = "leak"  # RSS stalled or its noise was memwatch's own: in-use bytes confirm it
     if v == "leak" and metric == "host.rss":
         found = mapped_file.judge_growth(history, ctx, cfg, inp.mapped_files)
         if found is not None:  # mostly pages of mapped files: the other parts on their own
@@ -147,8 +149,11 @@ def _rate(hist: list[EpochStats]) -> tuple[float, float, float]:
     from the floors across units."""
     cur = hist[-1]
     if cur.shape != "growing" and len(hist) >= 2:
-        steps = sum(h.n_steps for h in hist[-3:])
-        slope = (hist[-1].floor - hist[-3 if len(hist) >= 3 else -2].floor) / max(steps, 1)
+        # A floor is where its unit starts (a leak's lowest point): the floors of units -3 and
+        # -1 are the steps of units -3 and -2 apart, not of all three.
+        first = -3 if len(hist) >= 3 else -2
+        steps = sum(h.n_steps for h in hist[first:-1])
+        slope = (hist[-1].floor - hist[first].floor) / max(steps, 1)
         return slope, slope * 0.5, slope * 1.5
     return cur.slope, cur.trend.slope_low, cur.trend.slope_high
 

@@ -26,13 +26,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from memwatch.analysis.context import AnalyzerConfig
 from memwatch.analysis.culprits.evidence import Attribution
 from memwatch.analysis.rules.words import forecast_words, span, where
+from memwatch.analysis.stats.held import verdict
 from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.core.findings import Finding, Origin, Severity
 from memwatch.core.units import fmt_bytes
 
-__all__ = ["IN_USE", "PATTERNS", "HeapGrowth", "heap_growth", "native_or_retention"]
+__all__ = ["IN_USE", "PATTERNS", "HeapGrowth", "heap_growth", "in_use_held",
+           "native_or_retention"]
 
 #: The patterns of this module's findings: growth that no live object explains.
 PATTERNS = frozenset({"native_memory", "allocator_retention", "unexplained"})
@@ -79,6 +82,30 @@ def heap_growth(history: Mapping[str, list[EpochStats]],
     return HeapGrowth(in_use=b.floor - a.floor,
                       in_use_threshold=max(h.threshold for h in between),
                       free=None if fa is None or fb is None else fb.floor - fa.floor)
+
+
+def in_use_held(history: Mapping[str, list[EpochStats]], hist: list[EpochStats],
+                cfg: AnalyzerConfig) -> bool:
+    """The held-growth rule (:func:`memwatch.analysis.stats.held.verdict`) confirms a leak on
+    the C allocator's in-use bytes over ``hist``'s last units (host RSS), and RSS rose with them
+    (by at least :data:`NATIVE_SHARE` of the in-use rise, and by more than its own noise).
+
+    The same rule on a cleaner series. In-use bytes count what was handed out and not freed,
+    exactly: RSS stalls while the allocator hands out chunks it had kept free (a census frees
+    megabytes of them at every check), then jumps; and its threshold carries the uncertainty of
+    memwatch's own growth at checks, which in-use bytes do not see (memwatch frees what a census
+    allocates). A steady leak's RSS floors can then miss the rule for a check, for reasons that
+    are the allocator's timing, not the run's."""
+    by_unit = {h.unit: h for h in history.get(IN_USE, [])}
+    units = [by_unit.get(h.unit) for h in hist[-3:]]
+    if len(units) < 2 or any(u is None for u in units):
+        return False
+    heap = [u for u in units if u is not None]
+    if verdict(heap, cfg) != "leak":
+        return False
+    in_use_rise = heap[-1].floor - heap[0].floor
+    rss_rise = hist[-1].floor - hist[-len(heap)].floor
+    return rss_rise >= NATIVE_SHARE * in_use_rise and rss_rise > hist[-1].threshold
 
 
 def native_or_retention(*, origin: Origin, metric: str, units: list[EpochStats], slope: float,
