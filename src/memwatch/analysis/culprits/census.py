@@ -18,6 +18,7 @@ import gc
 import itertools
 import sys
 import time
+import weakref
 from typing import Any
 
 from memwatch.analysis.culprits import graphs, ownership, weigh
@@ -44,7 +45,28 @@ def _type_name(tp: type) -> str | None:
     return None if ownership.is_own_type(tp) else tp.__qualname__
 
 
+#: What each type is to the census, kept from one census to the next while the type lives (a
+#: framework's heap has about 1,000 types, and whether one is the user's or memwatch's is a
+#: question about its module's file: 30 ms of every census otherwise).
+_TYPE_INFO: weakref.WeakKeyDictionary[type, tuple[str | None, str | None, bool, bool]] = \
+    weakref.WeakKeyDictionary()
+
+
 def _type_info(tp: type, tensor_type: Any) -> tuple[str | None, str | None, bool, bool]:
+    try:
+        return _TYPE_INFO[tp]
+    except (KeyError, TypeError):
+        pass
+    info = _type_info_of(tp, tensor_type)
+    if tensor_type is not None:  # (before torch is imported, no type is a tensor yet)
+        try:
+            _TYPE_INFO[tp] = info
+        except TypeError:  # a type that cannot be weakly referenced: worked out every time
+            pass
+    return info
+
+
+def _type_info_of(tp: type, tensor_type: Any) -> tuple[str | None, str | None, bool, bool]:
     """(name for the type counts or None for memwatch's own, container kind, user class,
     tensor). type() and issubclass, not isinstance: isinstance consults ``__class__``, which
     some lazy objects turn into a deprecation warning or an import."""
