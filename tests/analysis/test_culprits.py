@@ -196,3 +196,39 @@ def test_a_short_growing_list_of_models_is_the_holder_not_the_model() -> None:
     h = H.holder_of(weight, owners=grown)
     assert h is not None and h.path.endswith("PREPARED._models"), h
     assert h.owner_delta == 3
+
+
+class _Trials:
+    def __init__(self) -> None:
+        self.optimizers: list[torch.optim.Optimizer] = []
+
+
+TRIALS = _Trials()
+
+
+def test_optimizer_state_is_told_unless_optimizers_accumulate() -> None:
+    """The walk from an Adam moment passes through ``optimizer.state[param]``: the holder says
+    so (state created once per parameter, bounded). When the optimizers themselves pile up in a
+    container that grew since the previous census (a new optimizer over the same parameters
+    every trial), the same moment's holder is that container, and no longer bounded."""
+    model = torch.nn.Linear(64, 64)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.ones(2, 64)).sum().backward()
+    opt.step()
+    holder = {"opt": opt}  # noqa: F841 - reachable from this frame only
+    h = H.holder_of(opt.state[model.weight]["exp_avg"])
+    assert h is not None and h.optimizer_state, h
+    assert not H.holder_of(model.weight).optimizer_state  # type: ignore[union-attr]
+
+    TRIALS.optimizers[:] = [torch.optim.Adam(model.parameters()) for _ in range(5)]
+    c0 = C.take_census()
+    TRIALS.optimizers.extend(torch.optim.Adam(model.parameters()) for _ in range(3))
+    for o in TRIALS.optimizers:
+        o.step()
+    del o  # the walk must meet the list, not this frame's loop variable
+    c1 = C.take_census()
+    grown = {g.obj_id: g.len_delta for g in W.container_growth(c0.containers, c1.containers)}
+    assert grown.get(id(TRIALS.optimizers)) == 3
+    h = H.holder_of(TRIALS.optimizers[-1].state[model.weight]["exp_avg"], owners=grown)
+    assert h is not None and h.path.endswith("TRIALS.optimizers"), h
+    assert not h.optimizer_state

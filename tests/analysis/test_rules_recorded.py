@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from memwatch.analysis import Analyzer, AnalyzerConfig, CheckContext
-from memwatch.analysis.culprits.evidence import Attribution
+from memwatch.analysis.culprits.evidence import Attribution, Holder
 from memwatch.core.findings import Finding
 from memwatch.testing import RecordedEvidence
 from memwatch.timeline import Timeline
@@ -319,3 +319,32 @@ def test_floors_climbing_by_similar_amounts_are_a_leak_a_creep_then_a_jump_is_no
                   RecordedEvidence(attribution=Attribution(explained_bytes=400 * MIB)))
     said = [e for e, fs in enumerate(found) for f in fs if f.kind == "leak"]
     assert said == ([2] if leak else []), found
+
+
+@pytest.mark.parametrize("new_parameters", [False, True])
+def test_growth_held_by_optimizer_state_is_a_step_unless_parameters_are_added(
+        new_parameters: bool) -> None:
+    """Floors that climb by 7 then 8 MiB, and what the census pair names is held by a torch
+    optimizer's per-parameter state (an optimizer created late: the corpus's
+    ctrl_late_optimizer_state, whose baseline census predates it): bounded by the parameters,
+    a step change. Were parameters added too (a new leaf tensor that requires grad among what
+    grew), the same holder is a leak."""
+    groups = [{"shape": [512, 512], "requires_grad": False, "grad_fn": None, "count_delta": 2}]
+    if new_parameters:
+        groups.append({"shape": [512, 512], "requires_grad": True, "grad_fn": None,
+                       "count_delta": 1})
+    holder = Holder("trainer.optimizer.state[<Parameter>]['exp_avg']", "attribute",
+                    optimizer_state=True)
+    jumps = {0: 0.0, 1: 7 * MIB, 2: 15 * MIB}
+    found = judge({"host.rss": lambda s: GIB + jumps[s // 200] + (s % 5) * 4096},
+                  RecordedEvidence(attribution=Attribution(
+                      explained_bytes=400 * MIB, holder=holder, growing_groups=groups)))
+    kinds = [(e, f.kind) for e, fs in enumerate(found) for f in fs
+             if f.kind in ("leak", "step_change")]
+    if new_parameters:
+        assert kinds == [(2, "leak")], found
+    else:
+        assert kinds == [(2, "step_change")], found
+        f = only(found[2], "step_change")
+        assert f.evidence["holder_optimizer_state"] is True
+        assert "per-parameter state" in f.message and "not a leak" in f.message

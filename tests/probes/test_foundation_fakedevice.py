@@ -253,7 +253,9 @@ def test_session_reads_the_fake_every_step(tmp_path: Path) -> None:
         assert mw.limits()["device.allocated"] == 64 * MiB
     assert latest["device.allocated"] == 9 * MiB
     assert latest["device.reserved"] == 20 * MiB
-    assert latest["device.free"] == 64 * MiB  # slow read: polled at start(), before any malloc
+    # Slow read: taken at the first step (a unit's slow readings start there, after what the
+    # step allocated: 20 MiB reserved for the first 3 MiB), not at every step.
+    assert latest["device.free"] == 64 * MiB - 20 * MiB
     assert dev.closed
     assert dev.memory_stats()["allocation.all.current"] == 3
     assert dev.describe()["total_bytes"] == 64 * MiB
@@ -266,3 +268,26 @@ def test_a_large_remainder_of_1_mib_or_less_is_not_split() -> None:
     assert dev.allocated == 20 * MiB  # the allocator counts block sizes, not requests
     (seg,) = dev.snapshot()["segments"]
     assert seg["blocks"][0]["requested_size"] == int(19.5 * MiB)
+
+
+def test_a_units_slow_readings_start_after_its_first_step(tmp_path: Path) -> None:
+    """A check does not read the slow metrics for the next unit itself: the next step does,
+    after what that step allocated (an optimizer's state at its first step). Read at the check,
+    the unit's first rows would show memory from before that step, and its floor would miss
+    what the step kept until the background's next pass."""
+    dev = FakeDevice(total_bytes=256 * MiB)
+    with memwatch.watch(device=dev, workers=False, out_dir=tmp_path, interval_s=3600.0,
+                        analyze=False) as mw:
+        handles = [dev.malloc(3 * MiB)]
+        mw.step()
+        mw.end_epoch()
+        handles.append(dev.malloc(100 * MiB))  # the next unit's first step keeps 100 MiB more
+        mw.step()
+        after_first = mw.latest()
+        handles.append(dev.malloc(50 * MiB))
+        mw.step()
+        later = mw.latest()
+    reserved = after_first["device.reserved"]
+    assert reserved >= 103 * MiB
+    assert after_first["device.free"] == 256 * MiB - reserved
+    assert later["device.free"] == after_first["device.free"]  # not every step

@@ -21,6 +21,7 @@ import logging
 from memwatch.analysis.context import AnalyzerConfig, CheckContext, Evidence
 from memwatch.analysis.culprits.evidence import CensusPair
 from memwatch.analysis.rules import RULES, Rule, RuleInput, dedupe
+from memwatch.analysis.rules.native import IN_USE
 from memwatch.analysis.stats.held import floor_rose, verdict
 from memwatch.analysis.stats.settle import workers_settled_step
 from memwatch.analysis.stats.shapes import EpochStats, epoch_stats, last_value
@@ -111,12 +112,11 @@ class Analyzer:
         cfg = self.config
         self._churn_now = ctx.own_churn
         if ctx.at == "epoch_end":
-            stats = self._add(summary, self.history, offset=ctx.own_growth)
+            stats = self._add(summary, self.history, ctx)
             self.segments = {}  # the epoch's segments are in its stats now
             judged = self.history
         else:
-            seg_stats = self._add(summary, self.segments, first=not self.history,
-                                  offset=ctx.own_growth)
+            seg_stats = self._add(summary, self.segments, ctx, first=not self.history)
             stats, judged = {}, {}
             for m, seg in seg_stats.items():
                 closed = self.history.get(m, [])
@@ -125,7 +125,7 @@ class Analyzer:
                 elif closed[-1].shape == "growing":
                     # Closed epochs grew inside (and, unless a leak was reported, let it go):
                     # only the epoch as a whole tells a leak from that accumulation.
-                    st = self._stats(ctx.partial, m, first=False, offset=ctx.own_growth)
+                    st = self._stats(ctx.partial, m, ctx, first=False)
                     if st is not None:
                         stats[m], judged[m] = st, [*closed, st]
                 else:
@@ -159,9 +159,10 @@ class Analyzer:
         does not time its censuses)."""
         return getattr(self.evidence, "last_census_ms", None)
 
-    def _stats(self, summary: EpochSummary, metric: str, first: bool,
-               offset: float = 0.0) -> EpochStats | None:
+    def _stats(self, summary: EpochSummary, metric: str, ctx: CheckContext,
+               first: bool) -> EpochStats | None:
         if metric in _OWN_GROWTH:
+            offset = ctx.own_growth
             st = epoch_stats(summary, metric, self.config.shape, first_epoch=first,
                              offset=offset)
             if st is not None:
@@ -169,6 +170,12 @@ class Analyzer:
                 st.threshold = max(st.threshold, OWN_UNCERTAINTY * own_step)
                 st.own_churn = self._churn_now
             return st
+        if metric == IN_USE:
+            # What memwatch's checks left handed out (a census's baseline, findings,
+            # reports), measured exactly by the same counters around each check: not the
+            # run's.
+            return epoch_stats(summary, metric, self.config.shape, first_epoch=first,
+                               offset=ctx.own_in_use)
         if metric.startswith("workers.") and metric != "workers.count":
             # From where every worker of the unit was up: their start-up is no evidence about
             # their memory. (The count itself is judged over the whole unit: its floor there
@@ -179,15 +186,15 @@ class Analyzer:
         return epoch_stats(summary, metric, self.config.shape, first_epoch=first)
 
     def _add(self, summary: EpochSummary, into: dict[str, list[EpochStats]],
-             first: bool | None = None, offset: float = 0.0) -> dict[str, EpochStats]:
+             ctx: CheckContext, first: bool | None = None) -> dict[str, EpochStats]:
         """Stats of every judged metric of ``summary``, appended to ``into`` (bounded)."""
         out: dict[str, EpochStats] = {}
         for metric in summary.keys:
             if metric not in _JUDGED:
                 continue
             hist = into.setdefault(metric, [])
-            st = self._stats(summary, metric, first=not hist if first is None else first
-                             and not hist, offset=offset)
+            st = self._stats(summary, metric, ctx,
+                             first=not hist if first is None else first and not hist)
             if st is None:
                 continue
             hist.append(st)

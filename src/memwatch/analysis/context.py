@@ -159,6 +159,10 @@ class CheckContext:
     #: memory is unknown: host growth no live object explains and no larger than this churn
     #: between two units is no evidence of the run's (see ``docs/findings.md``).
     own_churn: float = 0.0
+    #: The C allocator's in-use bytes memwatch's own work at earlier checks left handed out
+    #: (bytes; the same counters read around each check): ``host.malloc_in_use`` is judged
+    #: without them.
+    own_in_use: float = 0.0
 
     def __post_init__(self) -> None:
         if self.census not in CENSUS_MODES:

@@ -60,11 +60,12 @@ class HostProbe:
             self.slow_keys = (*HostProbe.slow_keys, *MALLOC_KEYS)
         _in_children.add(self)
 
-    def malloc_free(self) -> float | None:
-        """The C allocator's free bytes now (None without ``mallinfo2``): about 0.1 ms."""
+    def malloc_now(self) -> dict[str, float] | None:
+        """The C allocator's in-use and free bytes now (``host.malloc_in_use``,
+        ``host.malloc_free``; None without ``mallinfo2``): about 0.1 ms."""
         if self._malloc is None:
             return None
-        return self._malloc.read()["host.malloc_free"]
+        return self._malloc.read()
 
     def _open(self) -> None:
         self._pid = os.getpid()

@@ -81,6 +81,8 @@ class Checker:
         self.own_rss = 0.0
         #: RSS the checks added while they ran, freed-back memory included (see own_churn).
         self.own_churn = 0.0
+        #: The C allocator's in-use bytes the checks left handed out (see check()).
+        self.own_in_use = 0.0
         self.tracer: Any = None  # analysis.culprits.allocations.AllocationTracer while tracing
         self.exchange: Any = None  # runtime.exchange.RankExchange when distributed
 
@@ -201,11 +203,17 @@ class Checker:
         """One check of ``summary``: the verdicts, the watchdog, the sinks; the new findings."""
         t0, before = time.perf_counter(), self._inside()
         c0, before_cpu = time.thread_time(), self._inside(self._costs.cpu)
-        rss0, free0 = self._sampling.footprint()
+        rss0, free0, used0 = self._sampling.footprint()
         try:
             return self._check(summary, at, epoch, partial, exchange)
         finally:
-            rss1, free1 = self._sampling.footprint()
+            rss1, free1, used1 = self._sampling.footprint()
+            if used0 is not None and used1 is not None:
+                # What the check left handed out by the C allocator (a census's baseline, the
+                # findings, the reports): the run's in-use bytes are judged without it. What a
+                # check's gc.collect() freed of the run's garbage comes off it (the run's own
+                # collector would have freed it too).
+                self.own_in_use = max(self.own_in_use + used1 - used0, 0.0)
             if rss0 is not None and rss1 is not None:
                 # What memwatch's own work at this check (a census, a snapshot, the verdicts,
                 # the sinks' reports, the slow refresh) left in RSS: not the run's growth. The
@@ -280,7 +288,7 @@ class Checker:
         origin = self.origin(summary, epoch)
         self.checks += 1
         trace = None
-        own_before, churn_before = self.own_rss, self.own_churn
+        own_before, churn_before, used_before = self.own_rss, self.own_churn, self.own_in_use
         if summary is not None and self.tracer is not None:
             try:  # before the analyzer, which reads the diff (keyed by the check)
                 with self._costs.timed("tracemalloc"):
@@ -296,7 +304,8 @@ class Checker:
                                tracing=tracer is not None and tracer.active,
                                collected=tracer is not None and tracer.active
                                and tracer.collected_epoch == origin.check,
-                               own_growth=own_before, own_churn=churn_before)
+                               own_growth=own_before, own_churn=churn_before,
+                               own_in_use=used_before)
             new = self._analyze(summary, ctx)
         if exchange:  # every rank, even after an empty epoch; ranks meet at the same step only
             new += self._exchange_ranks(new, summary, origin)
@@ -307,7 +316,8 @@ class Checker:
                 trace: Any = None, census: str | None = None, defer_leaks: bool = False,
                 device_snapshot: Any = None, tracing: bool = False,
                 collected: bool = False, steps_done: int | None = None,
-                own_growth: float = 0.0, own_churn: float = 0.0) -> CheckContext:
+                own_growth: float = 0.0, own_churn: float = 0.0,
+                own_in_use: float = 0.0) -> CheckContext:
         """What the analyzer is told at this check (it never reads the session)."""
         view = self._view
         binding = self._sampling.binding()
@@ -321,7 +331,7 @@ class Checker:
             device_kind=getattr(view.device, "kind", "cuda") or "cuda",
             census=census or self._config.census, trace=trace, tracing=tracing,
             collected=collected, device_snapshot=device_snapshot, budget=self._costs.allows,
-            own_growth=own_growth, own_churn=own_churn)
+            own_growth=own_growth, own_churn=own_churn, own_in_use=own_in_use)
 
     def keep(self, new: list[Finding], before: bool = False) -> None:
         """Add findings to :attr:`findings` (``before``: restored ones, older than these),

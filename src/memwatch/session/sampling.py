@@ -80,6 +80,8 @@ class Sampling:
         self._fast: list[Probe] = []
         self._read: Callable[[], Sequence[float]] = tuple
         self._oom_kills_at_start: int | None = None
+        #: A slow pass is owed at the next step (a unit started): see refresh_slow().
+        self._refresh_due = False
 
     def open(self) -> None:
         """Open the probes, make the timeline and start the background sampler."""
@@ -94,6 +96,7 @@ class Sampling:
                                  buckets_per_epoch=cfg.buckets_per_epoch,
                                  n_fast=len(fast_keys))
         self.slow.poll()  # values exist from the first step on
+        self._refresh_due = True  # ... and the first unit's are read after its first step
         cg = self.probe("cgroup")  # the baseline every later OOM-kill count is compared with
         self._oom_kills_at_start = cg.oom_kills() if cg is not None else None
         self.sampler = BackgroundSampler(self.slow, cfg.sample_every_s, costs=self._costs,
@@ -126,6 +129,8 @@ class Sampling:
     def record(self) -> float:
         """Sample every fast probe, store the sample, count the step; returns its time."""
         fast = self._read()
+        if self._refresh_due:
+            self._refresh()
         t = time.monotonic()
         n = self.step_count + 1
         # Count the step only once it is stored: a failed record retries in recover().
@@ -158,18 +163,21 @@ class Sampling:
         except Exception:  # noqa: BLE001 - evidence only
             return None
 
-    def footprint(self) -> tuple[float | None, float | None]:
-        """This process's RSS and the C allocator's free bytes now (None where unknown): what
-        a check is measured by (memwatch's own growth is RSS it adds less what it frees back to
-        the allocator, which the run's next allocations reuse)."""
+    def footprint(self) -> tuple[float | None, float | None, float | None]:
+        """This process's RSS and the C allocator's free and in-use bytes now (None where
+        unknown): what a check is measured by (memwatch's own growth is RSS it adds less what
+        it frees back to the allocator, which the run's next allocations reuse; its in-use
+        bytes are what it left handed out)."""
         host = self.probe("host")
-        free = None
+        heap = None
         if host is not None:
             try:
-                free = host.malloc_free()
+                heap = host.malloc_now()
             except Exception:  # noqa: BLE001 - evidence only
-                free = None
-        return self.rss_now(), free
+                heap = None
+        if heap is None:
+            return self.rss_now(), None, None
+        return self.rss_now(), heap["host.malloc_free"], heap["host.malloc_in_use"]
 
     def resume_at(self, step_count: int) -> None:
         """Continue the step numbering of a restored run (never backwards)."""
@@ -177,15 +185,26 @@ class Sampling:
 
     # ------------------------------------------------------------------ checks and reads
     def refresh_slow(self) -> None:
-        """Fresh slow readings (USS/PSS, RSS by kind, workers) for the rows of the next unit,
-        right after a check. The closed unit's rows are already summarised, so a read before the
-        check reaches no verdict; read after it, the next unit starts from what the check left
-        (its census, its findings), as the per-step RSS does, instead of showing it one unit
-        late when the unit is shorter than the background interval."""
+        """Fresh slow readings (USS/PSS, RSS by kind, workers, the C allocator) for the rows of
+        the next unit, taken at its first step, after a check.
+
+        The closed unit's rows are already summarised, so a read before the check reaches no
+        verdict. Read right after it, the next unit would start from a reading taken *before*
+        its first step: state allocated lazily there (an optimizer's state at its first step,
+        gradients at the first backward, workers started by a new epoch's iterator) would be
+        missing from the unit's floor until the background's next pass, which a short unit may
+        never see, and would then show as growth one unit late, added to that unit's own.
+        Read at the first step, the unit starts from what the check left and what its first
+        step made, as the per-step RSS sample does."""
+        self._refresh_due = True
+
+    def _refresh(self) -> None:
+        self._refresh_due = False
         if self.slow is None:
             return
         try:
-            self.slow.poll()
+            with self._costs.timed("slow refresh"):
+                self.slow.poll()
         except Exception as e:  # noqa: BLE001 - each probe guards itself; this is the backstop
             self._disable("slow reader", e)
 

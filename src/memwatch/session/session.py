@@ -362,10 +362,11 @@ class MemWatch:
 
     def costs(self) -> dict[str, float]:
         """Seconds memwatch's own work off the hot path took so far, by part (``census``,
-        ``attribution``, ``verdicts``, ``tracemalloc``, ``background reads``, ``black box``,
-        ``sinks``, ``start``), with their ``total`` and the run's ``elapsed`` wall time since
-        ``start()``. Background parts are the sampler thread's CPU time; the others the
-        training thread's wall time. The optional part of that work (a census the series only
+        ``attribution``, ``verdicts``, ``tracemalloc``, ``background reads``, ``slow refresh``
+        (the slow reads a unit starts with, at its first step), ``black box``, ``sinks``,
+        ``start``), with their ``total`` and the run's ``elapsed`` wall time since ``start()``.
+        Background parts are the sampler thread's CPU time; the others the training thread's
+        wall time. The optional part of that work (a census the series only
         hints at, background passes more often than their cost allows) stays within 1% of the
         run: see ``docs/benchmarks.md``."""
         return self._costs.snapshot()

@@ -140,6 +140,10 @@ class Holder:
     #: When the holder is a container that grew since the previous census: how many elements
     #: it gained (the owner of the growth; None when no growing container was passed).
     owner_delta: int | None = None
+    #: The object is a torch optimizer's per-parameter state (``optimizer.state[p]``), and no
+    #: container above that optimizer grew: state created once per parameter, at its first
+    #: step, as large as the parameter (bounded while parameters are not added).
+    optimizer_state: bool = False
 
     def describe(self, delta: int | None = None) -> str:
         """``Net.kept_features (list, 1000 tensors, +250 since the last check)``."""
@@ -250,6 +254,8 @@ class Attribution:
             ev["hook_count"] = h.hook_count
             if h.owner_delta is not None:
                 ev["holder_grew_by"] = h.owner_delta
+            if h.optimizer_state:
+                ev["holder_optimizer_state"] = True
         return ev
 
 

@@ -13,6 +13,7 @@ The pieces: :mod:`.referrers` (one hop: who refers to an object and how that rea
 from __future__ import annotations
 
 import gc
+import sys
 import time
 import types
 from collections.abc import Mapping
@@ -83,6 +84,9 @@ class _Walker:
         self.owners = owners
         #: Elements the named owner gained since the previous census (None: no owner passed).
         self.owner_delta: int | None = None
+        #: The walk passed through a torch optimizer's per-parameter ``state`` and through no
+        #: growing container above that optimizer.
+        self.optimizer_state = False
         self.graph.ignore.add(id(self.__dict__))
 
     def _owned(self, obj: Any) -> bool:
@@ -128,6 +132,10 @@ class _Walker:
             kind, label, parent = step.kind, step.label, step.parent
             del step
             owner = _container_of(kind, label, parent)
+            if kind == "attr_dict" and label.startswith(".state[") and _is_optimizer(parent):
+                self.optimizer_state = True
+            elif self.optimizer_state and owner is not None and id(owner) in self.owners:
+                self.optimizer_state = False  # optimizers themselves accumulate
             if owner is not None and id(owner) in self.owners and self.owner_delta is None:
                 # The growing owner: what was below it (an element, a key) leaves the name.
                 segments.clear()
@@ -218,7 +226,14 @@ class _Walker:
             root = "traceback"
         return Holder(path, root, container, container_len, via_tb, via_hook, hook_count,
                       self.elements if container is not None else None,
-                      owner_delta=self.owner_delta)
+                      owner_delta=self.owner_delta, optimizer_state=self.optimizer_state)
+
+
+def _is_optimizer(obj: Any) -> bool:
+    """``obj`` is a ``torch.optim.Optimizer`` (never imports torch)."""
+    optim = sys.modules.get("torch.optim")
+    cls = getattr(optim, "Optimizer", None)
+    return cls is not None and isinstance(obj, cls)
 
 
 def _container_of(kind: str, label: str, parent: Any) -> Any:

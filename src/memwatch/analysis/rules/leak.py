@@ -218,6 +218,8 @@ def _leak_finding(inp: RuleInput, metric: str, hist: list[EpochStats],
             attribution=attribution, limit=limit, limit_name=ctx.limit_name(metric),
             steps_to_oom=steps_to_oom, seconds_to_oom=seconds_to_oom, severity=severity,
             remaining=remaining_steps(cur, ctx), run_known=bool(ctx.total_steps))
+    if _optimizer_state(attribution):
+        return held_optimizer_state(ctx.origin, metric, hist, attribution)
     return _message(origin=ctx.origin, metric=metric, stats=hist, slope=slope,
                     slope_ci=(low, high), limit=limit, peak_now=peak_now,
                     steps_to_oom=steps_to_oom, seconds_to_oom=seconds_to_oom,
@@ -313,6 +315,37 @@ def held_step(origin: Origin, metric: str, hist: list[EpochStats], stair: float)
         "since: memory taken once and held, such as an evaluation's outputs kept until the next "
         "one or a cache sized at first use. Bounded; not a leak unless it repeats."),
         height=stair, floors=[h.floor for h in hist[-3:]])
+
+
+def _optimizer_state(a: Attribution) -> bool:
+    """What grew between the censuses is held by a torch optimizer's per-parameter state while
+    no parameter was added (no new leaf tensor that requires grad). ``torch.optim`` creates
+    that state at each parameter's first step and updates it in place after: its size is a
+    fixed multiple of the parameters' (two for Adam), so growth held there is a step change
+    (an optimizer created or swapped late, layers unfrozen mid-run, state loaded on resume),
+    bounded whatever the run length. New parameters, or optimizers that accumulate (a growing
+    container above the optimizer: see :mod:`..culprits.holders`), make it a leak again."""
+    h = a.holder
+    if h is None or not h.optimizer_state:
+        return False
+    return not any(g.get("requires_grad") and g.get("grad_fn") is None and
+                   g.get("count_delta", 0) > 0 for g in a.growing_groups)
+
+
+def held_optimizer_state(origin: Origin, metric: str, hist: list[EpochStats],
+                         a: Attribution) -> Finding:
+    h = a.holder
+    assert h is not None
+    grew = a.chosen.bytes if a.chosen is not None else 0.0
+    return _benign(origin, "step_change", metric, (
+        f"{where(metric)} rose by {fmt_bytes(hist[-1].floor - hist[0].floor)} {span(hist)}; "
+        f"what live objects gained is held by an optimizer's per-parameter state "
+        f"(`{h.path}`, +{fmt_bytes(grew)}), which torch.optim creates at each parameter's "
+        "first step and keeps at a fixed multiple of the parameters' size: an optimizer "
+        "created or swapped late, or layers unfrozen, not a leak. It would be one if "
+        "parameters kept being added."),
+        height=hist[-1].floor - hist[0].floor, holder=h.path, holder_optimizer_state=True,
+        culprit_bytes=grew, floors=[x.floor for x in hist[-3:]])
 
 
 RULE = Rule(
