@@ -348,3 +348,15 @@ def test_growth_held_by_optimizer_state_is_a_step_unless_parameters_are_added(
         f = only(found[2], "step_change")
         assert f.evidence["holder_optimizer_state"] is True
         assert "per-parameter state" in f.message and "not a leak" in f.message
+
+
+def test_what_a_census_pair_spans_is_said() -> None:
+    """A holder's growth is counted since the previous census: "since the last check" when that
+    was the previous check's, "since the end of epoch N" when checks in between took none."""
+    from memwatch.analysis.culprits.wording import since
+
+    assert since(Attribution(census_epochs=[1, 2])) == "since the last check"
+    assert since(Attribution(census_epochs=[0, 2])) == "since the end of epoch 0"
+    assert since(Attribution()) == "since the last check"
+    assert Holder("m.kept", "global", "list", 3).describe(2, "since the end of epoch 0") == \
+        "m.kept (list, 3 items, +2 since the end of epoch 0)"

@@ -145,7 +145,7 @@ class Holder:
     #: step, as large as the parameter (bounded while parameters are not added).
     optimizer_state: bool = False
 
-    def describe(self, delta: int | None = None) -> str:
+    def describe(self, delta: int | None = None, since: str = "since the last check") -> str:
         """``Net.kept_features (list, 1000 tensors, +250 since the last check)``."""
         if self.container is None:
             return self.path
@@ -153,7 +153,7 @@ class Holder:
         if self.container_len is not None:
             parts.append(f"{self.container_len} {self.elements or 'items'}")
         if delta:
-            parts.append(f"+{delta} since the last check")
+            parts.append(f"+{delta} {since}")
         if self.via_traceback and ".__traceback__" not in self.path:
             # The route below the named container was left out: it went through tracebacks.
             parts.append("each keeps its traceback, whose frames keep their locals")

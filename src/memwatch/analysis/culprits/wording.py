@@ -32,11 +32,21 @@ def _name(a: Attribution) -> str:
     return f"`{head.rsplit('.', 1)[-1] or head}`"
 
 
+def since(a: Attribution) -> str:
+    """What the census pair spans, in words: "since the last check", or, when the previous
+    census was taken at an earlier epoch's end (checks in between took none: within the cost
+    budget only a verdict or steady growth takes one), "since the end of epoch N"."""
+    ep = a.census_epochs
+    if ep and len(ep) == 2 and ep[1] - ep[0] > 1:
+        return f"since the end of epoch {ep[0]}"
+    return "since the last check"
+
+
 def _grows(a: Attribution, delta: int | None) -> str:
     """"grows every step" when the holder gained about an item a step, else how much."""
     if delta is not None and a.census_steps and delta >= 0.5 * a.census_steps:
         return "grows every step"
-    return f"keeps growing (+{delta} since the last check)" if delta else "keeps growing"
+    return f"keeps growing (+{delta} {since(a)})" if delta else "keeps growing"
 
 
 def _clear(a: Attribution) -> str:
@@ -48,21 +58,21 @@ def container_culprit(a: Attribution) -> tuple[str, list[str], str]:
     c = a.container
     assert c is not None
     h = a.holder
-    what = f"+{fmt_bytes(c.bytes_delta)} since the last check"
+    what = f"+{fmt_bytes(c.bytes_delta)} {since(a)}"
     if h is not None:
-        culprit = f"{h.describe(c.len_delta)} — {what}"
+        culprit = f"{h.describe(c.len_delta, since(a))} — {what}"
     else:
         culprit = (f"a {c.kind} of {c.length} {c.element or 'items'} "
-                   f"(+{c.len_delta} since the last check) — {what}")
+                   f"(+{c.len_delta} {since(a)}) — {what}")
     per = c.bytes_delta / max(c.len_delta, 1)
-    detail = (f"The {c.kind} gained {c.len_delta} {c.element or 'items'} since the last check, "
+    detail = (f"The {c.kind} gained {c.len_delta} {c.element or 'items'} {since(a)}, "
               f"about {fmt_bytes(per)} each (weighed at the census: arrays by their buffers, "
               "strings and bytes by their size, containers and attributes followed).")
     name = _name(a)
     suggestions = []
     if c.graph_nodes > 0:
-        detail += (f" They keep their autograd graphs: {c.graph_nodes} nodes added since the "
-                   "last check.")
+        detail += (f" They keep their autograd graphs: {c.graph_nodes} nodes added "
+                   f"{since(a)}.")
         suggestions.append(_GRAPH_FIX)
     if c.kind == "dict":
         suggestions.append(
@@ -90,7 +100,7 @@ def graph_culprit(a: Attribution) -> tuple[str, list[str], str]:
     h = a.holder
     total = f", {a.graph_nodes_named:,} nodes now" if a.graph_nodes_named else ""
     grew = (f"its autograd graph grew by {g.graph_nodes_delta:,} nodes "
-            f"(about {fmt_bytes(max(g.graph_bytes_delta, 0))}) since the last check{total}")
+            f"(about {fmt_bytes(max(g.graph_bytes_delta, 0))}) {since(a)}{total}")
     culprit = f"{h.path} — {g.group.describe()}: {grew}" if h is not None else \
         f"a {g.group.describe()} tensor: {grew}"
     detail = ("Every step chains its graph onto this tensor, as a running sum kept with its "
@@ -133,7 +143,7 @@ def culprit_of(metric: str, a: Attribution) -> tuple[str | None, list[str], str]
     what = f"+{g.count_delta} × {group.describe()}"
     if group.views and g.bytes_delta > 0:
         what += (f", views that keep their bases' storage alive (+{fmt_bytes(g.bytes_delta)}"
-                 " since the last check)")
+                 f" {since(a)})")
         detail = ("The growing tensors are views (slices, `.view()`, `.flatten()` of a "
                   "contiguous tensor): each keeps the whole tensor it was taken from.")
     graph = a.graph_bytes or 0
