@@ -216,7 +216,7 @@ class Checker:
                 self.own_in_use = max(self.own_in_use + used1 - used0, 0.0)
             if rss0 is not None and rss1 is not None:
                 # What memwatch's own work at this check (a census, a snapshot, the verdicts,
-                # the sinks' reports, the slow refresh) left in RSS: not the run's growth. The
+                # the sinks' reports) left in RSS: not the run's growth. The
                 # next units are judged without it. What the check freed back to the C
                 # allocator stays in RSS but is not memwatch's: the run's next allocations
                 # reuse it (a census of a growing autograd graph frees more every check).
@@ -226,7 +226,7 @@ class Checker:
                     kept -= max(free1 - free0, 0.0)
                 self.own_rss = max(self.own_rss + kept, 0.0)
             # What the parts the check ran did not count themselves (census, holders, the
-            # tracemalloc snapshot): the verdicts, the sinks' reports, the slow refresh.
+            # tracemalloc snapshot): the verdicts, the sinks' reports.
             self._costs.add("verdicts", time.perf_counter() - t0 - (self._inside() - before),
                             time.thread_time() - c0 - (self._inside(self._costs.cpu)
                                                        - before_cpu))

@@ -3,9 +3,9 @@
 The thread publishes one list of values per pass by plain attribute assignment (atomic under the
 GIL), so the training thread never takes a lock to read them: ``step()`` takes no lock at all.
 The one lock, held across a pass's reads, keeps two passes from running at once (the background
-thread's and the refresh ``end_epoch()`` asks for), because probes keep state between passes. A
-DataLoader worker forked mid-pass may inherit it held, which is harmless: a forked child's
-session is inert and never polls.
+thread's and the refresh a check owes the next unit's first step), because probes keep state
+between passes. A DataLoader worker forked mid-pass may inherit it held, which is harmless: a
+forked child's session is inert and never polls.
 """
 
 from __future__ import annotations

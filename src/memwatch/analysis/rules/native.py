@@ -68,15 +68,20 @@ class HeapGrowth:
         return self.free is not None and self.free >= NATIVE_SHARE * max(rss_growth, 0.0)
 
 
+def _by_unit(history: Mapping[str, list[EpochStats]], metric: str) -> dict[str, EpochStats]:
+    """``metric``'s stats keyed by unit (``"e3"``, ``"s7"``): the units a host verdict judged."""
+    return {h.unit: h for h in history.get(metric, [])}
+
+
 def heap_growth(history: Mapping[str, list[EpochStats]],
                 units: list[EpochStats]) -> HeapGrowth | None:
     """How the allocator's figures moved over ``units`` (first floor to last), with the
     in-use series' own noise; None when they are not sampled."""
-    by_unit = {h.unit: h for h in history.get(IN_USE, [])}
+    by_unit = _by_unit(history, IN_USE)
     a, b = by_unit.get(units[0].unit), by_unit.get(units[-1].unit)
     if a is None or b is None:
         return None
-    free_units = {h.unit: h for h in history.get(FREE, [])}
+    free_units = _by_unit(history, FREE)
     fa, fb = free_units.get(units[0].unit), free_units.get(units[-1].unit)
     between = [by_unit[u.unit] for u in units if u.unit in by_unit]
     return HeapGrowth(in_use=b.floor - a.floor,
@@ -93,10 +98,11 @@ def in_use_held(history: Mapping[str, list[EpochStats]], hist: list[EpochStats],
     The same rule on a cleaner series. In-use bytes count what was handed out and not freed,
     exactly: RSS stalls while the allocator hands out chunks it had kept free (a census frees
     megabytes of them at every check), then jumps; and its threshold carries the uncertainty of
-    memwatch's own growth at checks, which in-use bytes do not see (memwatch frees what a census
-    allocates). A steady leak's RSS floors can then miss the rule for a check, for reasons that
-    are the allocator's timing, not the run's."""
-    by_unit = {h.unit: h for h in history.get(IN_USE, [])}
+    memwatch's own growth at checks, which in-use bytes measure exactly (the same counters read
+    around each check: what the checks keep is taken out of the series). A steady leak's RSS
+    floors can then miss the rule for a check, for reasons that are the allocator's timing, not
+    the run's."""
+    by_unit = _by_unit(history, IN_USE)
     units = [by_unit.get(h.unit) for h in hist[-3:]]
     if len(units) < 2 or any(u is None for u in units):
         return False
