@@ -72,9 +72,13 @@ def test_mapped_pages_are_file_backed_and_heap_is_anonymous(tmp_path: Path) -> N
         m = np.memmap(_data_file(tmp_path), dtype=np.uint8, mode="r")
         _touch(m)
         mapped = p.read_slow()
-        ballast = np.ones(64 * MIB, dtype=np.uint8)  # written: anonymous pages
+        # Written: anonymous pages. A fresh private map, not an array the allocator might place
+        # on pages it already holds resident (a 64 MiB np.ones once left RssAnon unmoved).
+        ballast = mmap.mmap(-1, 64 * MIB, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        ballast[:: mmap.PAGESIZE] = b"\x01" * len(range(0, 64 * MIB, mmap.PAGESIZE))
         heap = p.read_slow()
-        del m, ballast
+        ballast.close()
+        del m
     finally:
         p.close()
     assert mapped["host.rss_file"] - before["host.rss_file"] >= 60 * MIB
