@@ -26,9 +26,10 @@ from memwatch.probes import procfs
 
 __all__ = ["LiveEvidence"]
 
-#: Seconds per object walked, until this run's first census measured its own: a census walks
-#: about a million objects a second on the development machine (see benchmarks/
-#: bench_census_walks.py); a guess on the safe side.
+#: CPU seconds per object walked, until this run's first census measured its own: 0.4 us was
+#: measured on the development machine (290,000- and 365,000-object heaps of a plain loop and a
+#: Lightning fit, quiet; see benchmarks/bench_census_walks.py); 1 us leaves room for a slower
+#: machine. It decides whether a weak sign's first census fits the budget.
 _SECONDS_PER_OBJECT = 1e-6
 
 log = logging.getLogger("memwatch")
@@ -60,6 +61,7 @@ class LiveEvidence:
         #: and the objects it walked.
         self.last_census_cpu: float | None = None
         self.last_objects_walked = 0
+        self._dataset: tuple[frozenset[int], float | None] | None = None
 
     def object_count(self) -> int:
         """Objects the next census would walk, estimated. Listing a framework's heap (200,000
@@ -119,8 +121,19 @@ class LiveEvidence:
         return loaders_with_workers()
 
     def dataset_bytes(self) -> float | None:
+        """What the Datasets of the loaders with live workers hold, weighed once per generation
+        of worker processes: the workers copy what they forked with, and finding the loaders
+        walks the heap (a clean fit's start-up copying asked at every check: 75-110 ms each)."""
         with self._costs.timed("attribution"):
-            return dataset_bytes()
+            try:
+                kids: frozenset[int] | None = frozenset(procfs.children_of(os.getpid()))
+            except Exception:  # noqa: BLE001 - evidence only: weigh again
+                kids = None
+            if kids and self._dataset is not None and self._dataset[0] == kids:
+                return self._dataset[1]
+            got = dataset_bytes()
+            self._dataset = (kids, got) if kids else None
+            return got
 
     def mapped_files(self) -> list[tuple[str, float]] | None:
         """The data files most resident now (one ``smaps`` read, milliseconds: once per
