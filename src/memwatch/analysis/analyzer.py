@@ -220,7 +220,7 @@ class Analyzer:
           unit), or growth of a part of RSS or of the allocator's in-use bytes alone (their
           warm-up stairs come with every clean run's first epochs; RSS itself tells a leak's
           growth, and their own verdicts still ask for a census): worth a census only within
-          the cost budget.
+          the cost budget, the run's first census excepted (the baseline).
         """
         reason = None
         for m in _SUSPECTS:
@@ -247,14 +247,13 @@ class Analyzer:
         """A census now? ``always``: yes; ``never``: no; ``auto``: when the series gives a reason
         (:meth:`_census_reason`) — a verdict to name or steady growth always (the diagnosis is
         worth its cost), a weaker hint only within the session's cost budget (its estimate, in
-        CPU seconds: objects to walk times this run's measured CPU seconds per object, a
-        constant before the first census; never how long the last check took), the first
-        census too. Every clean run has hints (its warm-up), and a census of a framework's
-        heap is 0.15-0.3 CPU s: taken whatever the budget, that one baseline was 1-3% of a fit
-        with 4-s epochs. A leak's own signs (steady growth, a stair from the third unit on, a
-        verdict) still take one whatever its cost, so a verdict's holder is named from the
-        census at the check before it when the unit before it grew; after hints alone, one
-        check later. A clean run takes none unless its budget has room."""
+        CPU seconds: objects to walk times this run's measured CPU seconds per object; never
+        how long the last check took) once a first census exists. The first is the baseline:
+        a leak whose first unit showed only weak signs reaches its verdict at the next check,
+        and without a census before it that verdict cannot name its holder (issue 23's timing
+        goal; a budget that left the baseline out of 4-s-epoch runs named three of the test
+        suite's leaks one check late). One census per clean run, 0.1-0.2 CPU s on a
+        framework's heap. A clean run with a flat series takes none."""
         if ctx.census in ("never", "skip"):
             return None
         if ctx.census == "auto" and reason != "verdict":
@@ -263,7 +262,7 @@ class Analyzer:
             if reason is None or not self.config.census_when_suspected or \
                     self.evidence.object_count() > self.config.census_max_objects:
                 return None
-            if reason == "hint" and ctx.budget is not None and \
+            if reason == "hint" and self.censuses and ctx.budget is not None and \
                     not ctx.budget(self.evidence.census_cost()):
                 return None
         # A full gc.collect() is half a census's cost (0.18 of 0.35 CPU s on 360,000 objects):
