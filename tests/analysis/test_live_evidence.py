@@ -41,3 +41,21 @@ def test_a_census_sets_the_count_and_the_cost_per_object() -> None:
     # (the objects counted then, scaled by the allocator's blocks since: a few more by now)
     per_object = ev.last_census_cpu / ev.last_objects_walked
     assert abs(ev.census_cost() / (ev.last_objects * per_object) - 1) < 0.1
+
+
+def test_a_dataset_is_weighed_once_per_generation_of_workers(monkeypatch) -> None:
+    """Finding the loaders walks the heap: the weight is kept while the same worker processes
+    live (they copy what they forked with) and weighed again when they change."""
+    weighed, kids = [], [[101, 102]]
+    monkeypatch.setattr(live, "dataset_bytes", lambda: weighed.append(1) or 4096.0)
+    monkeypatch.setattr(live.procfs, "children_of", lambda pid: list(kids[0]))
+    ev = LiveEvidence()
+    assert ev.dataset_bytes() == 4096.0 and ev.dataset_bytes() == 4096.0
+    assert len(weighed) == 1
+    kids[0] = [103, 104]  # a new generation (non-persistent workers, the next epoch)
+    ev.dataset_bytes()
+    assert len(weighed) == 2
+    kids[0] = []  # no workers: nothing to keep, weighed each time it is asked
+    ev.dataset_bytes()
+    ev.dataset_bytes()
+    assert len(weighed) == 4
