@@ -32,6 +32,25 @@ def test_the_object_count_is_listed_again_only_when_the_heap_changed(monkeypatch
     assert len(listed) == 2
 
 
+def test_the_first_check_asks_whether_the_heap_is_too_large_without_listing_it(
+        monkeypatch) -> None:
+    listed = []
+    real = gc.get_objects
+
+    def counting() -> list[object]:
+        listed.append(1)
+        return real()
+
+    monkeypatch.setattr(live.gc, "get_objects", counting)
+    ev = LiveEvidence()
+    blocks = live.sys.getallocatedblocks()
+    # The allocator's blocks bound the tracked objects: a cap above them is answered by them.
+    assert len(real()) <= blocks
+    assert ev.object_count(at_most=blocks + 10) <= blocks + 10 and listed == []
+    # A cap below them takes the real count (the heap may still be under it).
+    assert ev.object_count(at_most=10) == ev.last_objects and listed == [1]
+
+
 def test_a_census_sets_the_count_and_the_cost_per_object() -> None:
     ev = LiveEvidence()
     ev.census(collect=False, count_types=True, epoch=0, step=1, rss=0.0)

@@ -259,8 +259,9 @@ class Analyzer:
         if ctx.census == "auto" and reason != "verdict":
             # Growth alone: worth a census unless the heap is past census_max_objects (then
             # only a verdict to name takes one); a hint only within the budget.
+            cap = self.config.census_max_objects
             if reason is None or not self.config.census_when_suspected or \
-                    self.evidence.object_count() > self.config.census_max_objects:
+                    self.evidence.object_count(at_most=cap) > cap:
                 return None
             if reason == "hint" and self.censuses and ctx.budget is not None and \
                     not ctx.budget(self.evidence.census_cost()):

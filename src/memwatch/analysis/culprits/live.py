@@ -63,15 +63,23 @@ class LiveEvidence:
         self.last_objects_walked = 0
         self._dataset: tuple[frozenset[int], float | None] | None = None
 
-    def object_count(self) -> int:
+    def object_count(self, at_most: int | None = None) -> int:
         """Objects the next census would walk, estimated. Listing a framework's heap (200,000
         objects and more) to count it takes 15-30 ms, which checks that decide against a census
         paid five times in a 3-epoch fit (the allocator's blocks moved by more than the quarter
         that used to trigger a new listing). The count of the last census or listing is scaled
         by the allocator's block count since then (a read of microseconds: gc objects are most
         of its blocks), and the heap is listed again only when that count has halved or
-        doubled, where a changed mix of objects could make the scaled figure wrong by more."""
+        doubled, where a changed mix of objects could make the scaled figure wrong by more.
+
+        Before any census or listing, a question ``at_most`` is answered by the blocks
+        themselves where they are few enough: every object the collector tracks is one of the
+        allocator's blocks, so they bound the count, and a run's first check (which asks
+        whether the heap is past ``census_max_objects`` before its baseline census) lists
+        nothing twice."""
         blocks = sys.getallocatedblocks()
+        if self.last_objects is None and at_most is not None and blocks <= at_most:
+            return blocks
         if self.last_objects is None or not self._blocks or \
                 not 0.5 <= blocks / self._blocks <= 2.0:
             self.last_objects = len(gc.get_objects())
