@@ -87,7 +87,8 @@ def _costs(mw: Any) -> dict[str, float]:
     if mw is None:
         return {}
     try:
-        return {k: float(v) for k, v in mw.costs().items()}
+        # (``elapsed`` is the session's own wall time, not a part of memwatch's work)
+        return {k: float(v) for k, v in mw.costs().items() if k != "elapsed"}
     except Exception:  # noqa: BLE001 - an older memwatch without costs()
         return {}
 

@@ -36,7 +36,7 @@ def _check_resumed(mw: Any, before: Any, steps: int, first_findings: Sequence[An
     leaks = [f for f in findings if f.kind == "leak" and f.metric.startswith("host.")]
     col = mw.timeline.keys.index("host.rss")
     floors = [(e.epoch, e.floor[col] / 2**20) for e in mw.epochs]
-    assert leaks, (floors, [f.to_dict() for f in findings])
+    assert leaks, (floors, _judged(mw, "host.rss"), [f.to_dict() for f in findings])
     assert all(f.epoch == 1 and f.step == 2 * steps for f in leaks)
     assert any("leak in host." in t for t in texts), texts
     # What was found before the restart is kept, once: the replay reported nothing again.
@@ -44,7 +44,23 @@ def _check_resumed(mw: Any, before: Any, steps: int, first_findings: Sequence[An
     assert old == json.loads(json.dumps([f.to_dict() for f in first_findings]))
 
 
+def _judged(mw: Any, metric: str) -> list[tuple[Any, ...]]:
+    """What the analyzer judged of ``metric``, unit by unit (MiB): for a failure's message."""
+    an = getattr(mw, "analyzer", None)
+    hist = [*getattr(an, "history", {}).get(metric, []),
+            *getattr(an, "segments", {}).get(metric, [])]
+    mib = 2.0**20
+    return [(h.unit, h.shape, round(h.floor / mib, 1), round(h.rise / mib, 1),
+             round(h.threshold / mib, 1), round(h.own_churn / mib, 1), h.n_points) for h in hist]
+
+
 @pytest.fixture
 def check_resumed() -> Callable[..., None]:
     """:func:`_check_resumed`, for the resume suites of every adapter."""
     return _check_resumed
+
+
+@pytest.fixture
+def judged() -> Callable[[Any, str], list[tuple[Any, ...]]]:
+    """:func:`_judged`: what the analyzer judged of a metric, for a failure's message."""
+    return _judged

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gc
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,7 +20,8 @@ from memwatch.integrations.lightning import MemWatchCallback, MemWatchWarning
 LONG_RUN = 10_000_000
 
 
-def test_resume_keeps_epoch_summaries_and_sees_the_leak(tmp_path: Path) -> None:
+def test_resume_keeps_epoch_summaries_and_sees_the_leak(
+        tmp_path: Path, judged: Callable[[Any, str], list[tuple[Any, ...]]]) -> None:
     # Run 1: one epoch of a cache that grows 512 KiB a step and is saved with the checkpoint;
     # then the job is "preempted": checkpoint, new trainer, new model object.
     cb1 = MemWatchCallback(workers=False, total_steps=LONG_RUN)
@@ -63,7 +66,7 @@ def test_resume_keeps_epoch_summaries_and_sees_the_leak(tmp_path: Path) -> None:
     leaks = [f for f in cb2.findings if f.kind == "leak"]
     col = mw.timeline.keys.index("host.rss")
     floors = [(e.epoch, e.floor[col] / 2**20, e.last[col] / 2**20) for e in mw.epochs]
-    assert leaks, (floors, [f.to_dict() for f in cb2.findings])
+    assert leaks, (floors, judged(mw, "host.rss"), [f.to_dict() for f in cb2.findings])
     assert any(issubclass(w.category, MemWatchWarning) and "leak" in str(w.message)
                for w in caught)
 

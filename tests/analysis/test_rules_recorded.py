@@ -165,6 +165,23 @@ def test_a_stair_far_above_the_noise_takes_a_census_whatever_the_budget() -> Non
     assert ev.censuses >= 2
 
 
+def test_the_second_units_stair_over_the_first_is_a_hint_and_later_stairs_are_not() -> None:
+    """The first unit's floor predates the warm-up (an optimizer's state, the allocator's
+    caches): the second unit's floor above it is what every clean run shows, and takes no census
+    beyond the baseline. A stair over the second unit's floor is memory kept between units."""
+    def warmup(s: int) -> float:  # a jump in the first epoch, then one stair into the second
+        return GIB + (8 * MIB if s >= 50 else 0) + (64 * MIB if s >= 200 else 0)
+
+    def stairs(s: int) -> float:  # the same, and 64 MiB more at the third epoch's start
+        return warmup(s) + (64 * MIB if s >= 400 else 0)
+
+    once, again = RecordedEvidence(), RecordedEvidence()
+    judge({"host.rss": warmup}, once, budget=lambda seconds: False)
+    judge({"host.rss": stairs}, again, budget=lambda seconds: False)
+    assert once.censuses == 1  # the baseline, at the first epoch's jump
+    assert again.censuses == 2  # ... and the stair into the third epoch, whatever the budget
+
+
 def test_a_hint_takes_the_baseline_census_and_more_only_within_the_budget() -> None:
     def stairs(s: int) -> float:  # two small jumps, in the second and fourth epochs: hints
         return GIB + (8 * MIB if s >= 300 else 0) + (8 * MIB if s >= 700 else 0)

@@ -59,3 +59,29 @@ def test_the_session_paces_only_when_interval_s_is_left_to_it(tmp_path: Path) ->
                         interval_s=0.5) as mw:
         assert mw.interval_s == 0.5 and mw._sampling.sampler.share is None
         assert mw._sampling.sampler.interval_s == 0.5
+
+
+def test_a_pass_on_another_thread_counts_for_the_pace() -> None:
+    """The refresh a unit's first step owes is a pass too: the background waits from it, so
+    that both threads' passes together keep to the pace (short units refreshed every few
+    seconds left the background passing on top)."""
+    reader = SlowReader([Costly(0.0)], lambda p, e: None)  # type: ignore[list-item]
+    s = BackgroundSampler(reader, 0.2, costs=Costs(), share=None)
+    s.start()
+    try:
+        t0, mine = time.monotonic(), 0
+        while time.monotonic() - t0 < 0.7:  # a pass elsewhere every 50 ms: never 0.2 s apart
+            reader.poll()
+            s.passed(0.0)
+            mine += 1
+            time.sleep(0.05)
+        assert reader.passes - mine <= 1, (reader.passes, mine)
+    finally:
+        s.stop()
+    # Left alone, it passes at its own period again.
+    s2 = BackgroundSampler(reader, 0.05, costs=Costs(), share=None)
+    before = reader.passes
+    s2.start()
+    time.sleep(0.4)
+    s2.stop()
+    assert reader.passes - before >= 3

@@ -196,8 +196,10 @@ class Evidence(Protocol):
     ``/proc``) and runs at checks only, never per step.
     """
 
-    def object_count(self) -> int:
-        """Objects the garbage collector tracks now (what a census would walk)."""
+    def object_count(self, at_most: int | None = None) -> int:
+        """Objects the garbage collector tracks now (what a census would walk). With
+        ``at_most``, a figure at or under it may be a bound, not a count: enough to tell that
+        the heap is not larger."""
         ...
 
     def census_cost(self) -> float:

@@ -108,6 +108,8 @@ class HostProbe:
             if r is not None:
                 out.update({"host.uss": r.uss, "host.pss": r.pss, "host.swap": r.swap})
             split = procfs.read_rss_split(pid)
+            if r is not None:
+                split = procfs.exact_rss_split(r, split)
             if split is not None:
                 out.update({"host.rss_anon": split.anon, "host.rss_file": split.file,
                             "host.rss_shmem": split.shmem})

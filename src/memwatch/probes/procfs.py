@@ -52,6 +52,9 @@ class Rollup:
     pss: float
     uss: float
     swap: float
+    #: Anonymous resident pages (``Anonymous:``; None on kernels without it): counted by the
+    #: page-table walk itself, so exact at the moment of the read.
+    anon: float | None = None
 
 
 def read_smaps_rollup(pid: int) -> Rollup | None:
@@ -81,6 +84,7 @@ def read_smaps_rollup(pid: int) -> Rollup | None:
         pss=float(vals.get(b"Pss", 0)),
         uss=float(uss),
         swap=float(vals.get(b"Swap", 0)),
+        anon=float(vals[b"Anonymous"]) if b"Anonymous" in vals else None,
     )
 
 
@@ -129,12 +133,36 @@ def parse_rss_split(text: bytes) -> RssSplit | None:
 
 
 def read_rss_split(pid: int) -> RssSplit | None:
-    """:func:`parse_rss_split` of ``/proc/<pid>/status`` (about 10 us: background reads only)."""
+    """:func:`parse_rss_split` of ``/proc/<pid>/status`` (about 10 us: background reads only).
+
+    The kernel's per-process counters behind these lines are updated lazily (per-CPU or
+    per-thread deltas folded later), so a read can miss a recent fault: a 64 MiB array written a
+    moment before once did not show at all. :func:`exact_rss_split` corrects it from a
+    ``smaps_rollup`` read where one was taken anyway."""
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
             return parse_rss_split(f.read())
     except OSError:
         return None
+
+
+def exact_rss_split(rollup: Rollup, split: RssSplit | None) -> RssSplit | None:
+    """The RSS split with the anonymous part and the total from ``smaps_rollup`` (a page-table
+    walk: exact when read) and shared memory from ``status`` (which ``smaps_rollup`` does not
+    give): file-backed is what is left. ``split`` unchanged where the rollup lacks
+    ``Anonymous``.
+
+    Example::
+
+        >>> r = Rollup(rss=100.0, pss=90.0, uss=80.0, swap=0.0, anon=70.0)
+        >>> exact_rss_split(r, RssSplit(anon=6.0, file=30.0, shmem=4.0))
+        RssSplit(anon=70.0, file=26.0, shmem=4.0)
+    """
+    if rollup.anon is None:
+        return split
+    shmem = min(split.shmem if split is not None else 0.0, max(rollup.rss - rollup.anon, 0.0))
+    return RssSplit(anon=rollup.anon, file=max(rollup.rss - rollup.anon - shmem, 0.0),
+                    shmem=shmem)
 
 
 #: Mappings that are shared memory, not files the page cache can drop.

@@ -95,8 +95,9 @@ class Sampling:
         self.timeline = Timeline(fast_keys + list(self.slow.keys), capacity=cfg.capacity,
                                  buckets_per_epoch=cfg.buckets_per_epoch,
                                  n_fast=len(fast_keys))
-        self.slow.poll()  # values exist from the first step on
-        self._refresh_due = True  # ... and the first unit's are read after its first step
+        # The first slow values are read after the first step (the refresh a unit owes) and
+        # recorded with it: a pass here as well read the same memory a few ms apart.
+        self._refresh_due = True
         cg = self.probe("cgroup")  # the baseline every later OOM-kill count is compared with
         self._oom_kills_at_start = cg.oom_kills() if cg is not None else None
         self.sampler = BackgroundSampler(self.slow, cfg.sample_every_s, costs=self._costs,
@@ -203,8 +204,11 @@ class Sampling:
         if self.slow is None:
             return
         try:
+            c0 = time.thread_time()
             with self._costs.timed("slow refresh"):
                 self.slow.poll()
+            if self.sampler is not None:
+                self.sampler.passed(time.thread_time() - c0)
         except Exception as e:  # noqa: BLE001 - each probe guards itself; this is the backstop
             self._disable("slow reader", e)
 

@@ -64,7 +64,7 @@ class RecordedEvidence:
     attributions: int = 0
     _last: CensusRecord | None = None
 
-    def object_count(self) -> int:
+    def object_count(self, at_most: int | None = None) -> int:
         return self.objects
 
     def census_cost(self) -> float:

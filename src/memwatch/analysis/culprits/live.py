@@ -26,9 +26,10 @@ from memwatch.probes import procfs
 
 __all__ = ["LiveEvidence"]
 
-#: Seconds per object walked, until this run's first census measured its own: a census walks
-#: about a million objects a second on the development machine (see benchmarks/
-#: bench_census_walks.py); a guess on the safe side.
+#: CPU seconds per object walked, until this run's first census measured its own: 0.4 us was
+#: measured on the development machine (290,000- and 365,000-object heaps of a plain loop and a
+#: Lightning fit, quiet; see benchmarks/bench_census_walks.py); 1 us leaves room for a slower
+#: machine. It decides whether a weak sign's first census fits the budget.
 _SECONDS_PER_OBJECT = 1e-6
 
 log = logging.getLogger("memwatch")
@@ -60,16 +61,31 @@ class LiveEvidence:
         #: and the objects it walked.
         self.last_census_cpu: float | None = None
         self.last_objects_walked = 0
+        self._dataset: tuple[frozenset[int], float | None] | None = None
 
-    def object_count(self) -> int:
-        # Listing a framework's heap (200,000 objects and more) to count it takes tens of
-        # milliseconds: the count of the last census or listing is kept while the allocator's
-        # block count (a read of microseconds) stays within a quarter of what it was then.
+    def object_count(self, at_most: int | None = None) -> int:
+        """Objects the next census would walk, estimated. Listing a framework's heap (200,000
+        objects and more) to count it takes 15-30 ms, which checks that decide against a census
+        paid five times in a 3-epoch fit (the allocator's blocks moved by more than the quarter
+        that used to trigger a new listing). The count of the last census or listing is scaled
+        by the allocator's block count since then (a read of microseconds: gc objects are most
+        of its blocks), and the heap is listed again only when that count has halved or
+        doubled, where a changed mix of objects could make the scaled figure wrong by more.
+
+        Before any census or listing, a question ``at_most`` is answered by the blocks
+        themselves where they are few enough: every object the collector tracks is one of the
+        allocator's blocks, so they bound the count, and a run's first check (which asks
+        whether the heap is past ``census_max_objects`` before its baseline census) lists
+        nothing twice."""
         blocks = sys.getallocatedblocks()
-        if self.last_objects is None or abs(blocks - self._blocks) > 0.25 * self._blocks:
+        if self.last_objects is None and at_most is not None and blocks <= at_most:
+            return blocks
+        if self.last_objects is None or not self._blocks or \
+                not 0.5 <= blocks / self._blocks <= 2.0:
             self.last_objects = len(gc.get_objects())
             self._blocks = blocks
-        return self.last_objects
+            return self.last_objects
+        return round(self.last_objects * blocks / self._blocks)
 
     def census_cost(self) -> float:
         """The next census's estimated CPU seconds: objects to walk times the last census's CPU
@@ -113,8 +129,19 @@ class LiveEvidence:
         return loaders_with_workers()
 
     def dataset_bytes(self) -> float | None:
+        """What the Datasets of the loaders with live workers hold, weighed once per generation
+        of worker processes: the workers copy what they forked with, and finding the loaders
+        walks the heap (a clean fit's start-up copying asked at every check: 75-110 ms each)."""
         with self._costs.timed("attribution"):
-            return dataset_bytes()
+            try:
+                kids: frozenset[int] | None = frozenset(procfs.children_of(os.getpid()))
+            except Exception:  # noqa: BLE001 - evidence only: weigh again
+                kids = None
+            if kids and self._dataset is not None and self._dataset[0] == kids:
+                return self._dataset[1]
+            got = dataset_bytes()
+            self._dataset = (kids, got) if kids else None
+            return got
 
     def mapped_files(self) -> list[tuple[str, float]] | None:
         """The data files most resident now (one ``smaps`` read, milliseconds: once per

@@ -5,6 +5,7 @@ One pass over the collector's objects, only when that verdict is being made."""
 from __future__ import annotations
 
 import gc
+import itertools
 import sys
 from typing import Any
 
@@ -16,22 +17,27 @@ __all__ = ["dataset_bytes", "loaders_with_workers"]
 
 
 def _live_loaders() -> list[Any]:
-    """The DataLoaders whose worker processes run now (one pass over the collector's objects)."""
+    """The DataLoaders whose worker processes run now: one pass over the collector's objects,
+    at C speed (the types present, then the objects of the loader types among them: 40 ms on
+    a 300,000-object heap, against 100 ms for a Python loop over every object)."""
     torch = sys.modules.get("torch")
     data = getattr(getattr(torch, "utils", None), "data", None) if torch is not None else None
     loader_type = getattr(data, "DataLoader", None)
     if loader_type is None:
         return []
-    live: list[Any] = []
-    is_loader: dict[type, bool] = {}
-    for o in gc.get_objects():
-        tp = type(o)  # not isinstance: it reads ``__class__``, which lazy modules act on
-        t = is_loader.get(tp)
-        if t is None:
-            t = is_loader[tp] = issubclass(tp, loader_type)
-        if t and _has_live_workers(o):
-            live.append(o)
-    return live
+    objs = gc.get_objects()
+    wanted: set[type] = set()
+    for tp in set(map(type, objs)):  # not isinstance: it reads ``__class__`` (lazy modules)
+        try:
+            if issubclass(tp, loader_type):
+                wanted.add(tp)
+        except TypeError:
+            continue
+    if not wanted:
+        return []
+    found = list(itertools.compress(objs, map(wanted.__contains__, map(type, objs))))
+    del objs
+    return [o for o in found if _has_live_workers(o)]
 
 
 def dataset_bytes() -> float | None:

@@ -17,6 +17,7 @@ import numpy as np
 from memwatch.analysis.stats.trend import (
     Trend,
     diff_noise,
+    median,
     saturation_ratio,
     step_change,
     trend_test,
@@ -97,7 +98,7 @@ def epoch_stats(summary: EpochSummary, metric: str, cfg: ShapeConfig,
         return None
     tr = trend_test(t, y)
     noise = max(tr.noise, diff_noise(y))
-    level = float(np.median(y))
+    level = median(y)
     threshold = max(cfg.min_growth_bytes, cfg.min_growth_rel * abs(level), cfg.noise_k * noise)
     k = max(2, n // 10)
     lo_start = float(np.min(y[:k]))
