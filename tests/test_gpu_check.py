@@ -141,7 +141,10 @@ def test_rehearsal_starts_every_child(tmp_path: Path) -> None:
         # the adapters' code, small on the CPU: alternating runs, and a real allocation failure
         # (the host refuses 1 PiB) inside the framework's loop leaving exactly one bundle
         r, o = parts[f"2c_ratio_{fw}"], parts[f"2d_oom_{fw}"]
-        assert 0.2 < r["ratio"] < 5 and [run["mode"] for run in r["runs"]] == ["off", "on"]
+        # (a sanity bound, not a cost figure: two blocks of five ~3 ms steps a run, where one
+        # preemption by the other test worker moves a block's mean several-fold; a fresh-clone
+        # suite once measured 0.14. A unit slip, ms for s, is a factor of 1,000)
+        assert 0.05 < r["ratio"] < 20 and [run["mode"] for run in r["runs"]] == ["off", "on"]
         assert r["interval_95"][0] <= r["ratio"] <= r["interval_95"][1]
         assert all(run["steps"] >= 5 for run in r["runs"])
         assert o["classification"] == "host_oom" and o["census_groups"] > 0
