@@ -332,7 +332,7 @@ def _print_row(r: dict[str, Any]) -> None:
 
 
 def _in_some(r: dict[str, Any], part: str) -> str:
-    n, of = r.get("runs_with_part", {}).get(part, r["pairs"]), r["pairs"]
+    n, of = r["runs_with_part"][part], r["pairs"]
     return "" if n >= of else f" (in {n} of {of} runs)"
 
 

@@ -134,11 +134,9 @@ def trend_test(t_in: npt.ArrayLike, y_in: npt.ArrayLike, confidence: float = 0.9
     m = len(slopes)
     if m == 0:
         return Trend(n, s, 0.0, 1.0, 0.0, -math.inf, math.inf, median(y), 0.0, 0.0)
-    mid = [(m - 1) // 2, m // 2]
     # Sen's confidence interval needs Var(S) after the autocorrelation correction, which needs
     # the residuals, which need the slope: compute the median first.
-    med = _ranked(slopes, mid)
-    slope = (med[mid[0]] + med[mid[1]]) / 2.0
+    slope = median(slopes)
     intercept = median(y - slope * t)
     resid = y - (intercept + slope * t)
     r1 = _lag1(resid)
