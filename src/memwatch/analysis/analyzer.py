@@ -24,7 +24,7 @@ from memwatch.analysis.rules import RULES, Rule, RuleInput, dedupe
 from memwatch.analysis.rules.native import IN_USE
 from memwatch.analysis.stats.held import floor_rose, verdict
 from memwatch.analysis.stats.settle import workers_settled_step
-from memwatch.analysis.stats.shapes import EpochStats, epoch_stats, last_value
+from memwatch.analysis.stats.shapes import EpochStats, epoch_stats, last_value, read_noise
 from memwatch.core.findings import Finding
 from memwatch.timeline import EpochSummary
 
@@ -93,6 +93,8 @@ class Analyzer:
         # prefetch buffers) and its level is small: ask for 1% of the level per epoch.
         self._worker_shape = dataclasses.replace(
             self.config.shape, min_growth_rel=max(self.config.shape.min_growth_rel, 0.01))
+        #: host.rss's stats of the summary judged last (the swing its parts' readings lie in).
+        self._rss_of: tuple[EpochSummary, bool, EpochStats | None] | None = None
 
     def check(self, summary: EpochSummary, ctx: CheckContext) -> list[Finding]:
         """The new findings of one check.
@@ -159,12 +161,31 @@ class Analyzer:
         does not time its censuses)."""
         return getattr(self.evidence, "last_census_ms", None)
 
+    def _host_read_noise(self, summary: EpochSummary, metric: str, ctx: CheckContext,
+                         first: bool) -> float:
+        """The noise a part of host memory read in the background carries in ``summary``
+        (:func:`~memwatch.analysis.stats.shapes.read_noise`): its readings lie anywhere in
+        ``host.rss``'s swing over the unit (peak less floor, less the unit's held rise), which
+        the per-step RSS sample measures. 0 for a metric read with every sample."""
+        reads = summary.reads(metric)
+        if reads is None or not metric.startswith("host.") or metric == "host.rss":
+            return 0.0
+        memo = self._rss_of
+        if memo is None or memo[0] is not summary or memo[1] != first:
+            rss = self._stats(summary, "host.rss", ctx, first)
+            memo = self._rss_of = (summary, first, rss)
+        rss = memo[2]
+        if rss is None:
+            return 0.0
+        return read_noise(rss.peak - rss.floor - max(rss.rise, 0.0), reads)
+
     def _stats(self, summary: EpochSummary, metric: str, ctx: CheckContext,
                first: bool) -> EpochStats | None:
+        noise = self._host_read_noise(summary, metric, ctx, first)
         if metric in _OWN_GROWTH:
             offset = ctx.own_growth
             st = epoch_stats(summary, metric, self.config.shape, first_epoch=first,
-                             offset=offset)
+                             offset=offset, noise_floor=noise)
             if st is not None:
                 own_step = max(offset - self._own_judged, 0.0)
                 st.threshold = max(st.threshold, OWN_UNCERTAINTY * own_step)
@@ -175,7 +196,7 @@ class Analyzer:
             # reports), measured exactly by the same counters around each check: not the
             # run's.
             return epoch_stats(summary, metric, self.config.shape, first_epoch=first,
-                               offset=ctx.own_in_use)
+                               offset=ctx.own_in_use, noise_floor=noise)
         if metric.startswith("workers.") and metric != "workers.count":
             # From where every worker of the unit was up: their start-up is no evidence about
             # their memory. (The count itself is judged over the whole unit: its floor there
@@ -183,7 +204,8 @@ class Analyzer:
             start = workers_settled_step(summary, self._worker_shape.min_growth_bytes)
             return epoch_stats(summary, metric, self._worker_shape, first_epoch=first,
                                start_step=start)
-        return epoch_stats(summary, metric, self.config.shape, first_epoch=first)
+        return epoch_stats(summary, metric, self.config.shape, first_epoch=first,
+                           noise_floor=noise)
 
     def _add(self, summary: EpochSummary, into: dict[str, list[EpochStats]],
              ctx: CheckContext, first: bool | None = None) -> dict[str, EpochStats]:

@@ -72,7 +72,7 @@ def summary_to_state(e: EpochSummary) -> dict[str, Any]:
     d: dict[str, Any] = {
         "epoch": int(e.epoch), "start_step": int(e.start_step), "end_step": int(e.end_step),
         "n_steps": int(e.n_steps), "t_start": float(e.t_start), "t_end": float(e.t_end),
-        "keys": list(e.keys),
+        "keys": list(e.keys), "slow_keys": list(e.slow_keys), "slow_reads": int(e.slow_reads),
     }
     for name in _SUMMARY_ARRAYS + _BUCKET_ARRAYS:
         d[name] = _floats(getattr(e, name))
@@ -113,6 +113,8 @@ def summary_from_state(d: Mapping[str, Any], keys: Sequence[str]) -> EpochSummar
         bucket_step=ints(d.get("bucket_step")), bucket_count=ints(d.get("bucket_count")),
         bucket_floor=remap(d.get("bucket_floor"), 2), bucket_peak=remap(d.get("bucket_peak"), 2),
         bucket_last=remap(d.get("bucket_last"), 2),
+        slow_keys=tuple(k for k in keys if k in set(d.get("slow_keys") or ())),
+        slow_reads=int(d.get("slow_reads") or 0),
     )
     buckets = [getattr(e, n) for n in _BUCKET_INTS + _BUCKET_ARRAYS]
     if any(b is None for b in buckets):

@@ -129,11 +129,13 @@ class _Span:
         self.builder = _BucketBuilder(m, max_buckets)
         self.first_n = 0  # the sample number the span starts at
         self.first: tuple[FloatArray, int, float] | None = None
+        self.slow_reads = 0  # background passes published since the span began
 
     def reset(self, first_n: int) -> None:
         self.builder.reset()
         self.first_n = first_n
         self.first = None
+        self.slow_reads = 0
 
 
 class Timeline:
@@ -209,6 +211,9 @@ class Timeline:
         if slow is not self._slow:
             self._fill_slow()  # the rows so far get the values they were taken with
             self._slow = slow
+            if any(v == v for v in slow):  # a pass's readings (not the NaN before the first)
+                self._epoch.slow_reads += 1
+                self._segment.slow_reads += 1
         i = self._n % self.capacity
         d = self._data
         j = 0
@@ -344,6 +349,8 @@ class Timeline:
             bucket_peak=bpeak,
             bucket_last=blast,
             segment=segment,
+            slow_keys=self.keys[self._n_fast:],
+            slow_reads=span.slow_reads,
         )
 
     def _first_of(self, first_n: int) -> tuple[FloatArray, int, float]:

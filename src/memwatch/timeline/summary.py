@@ -38,6 +38,11 @@ class EpochSummary:
     #: For the summary of a check's segment (the stretch since the previous check): its index
     #: among the run's segments; None for an epoch.
     segment: int | None = None
+    #: The metrics read in the background (a pass every few seconds, and at a unit's first
+    #: step), not with every sample: between two passes their rows repeat the last reading.
+    slow_keys: tuple[str, ...] = ()
+    #: Background passes whose readings reached this summary's rows.
+    slow_reads: int = 0
 
     def col(self, key: str) -> int:
         return self.keys.index(key)
@@ -50,6 +55,12 @@ class EpochSummary:
         assert arr is not None
         mid = self.bucket_step + (self.bucket_count - 1) // 2
         return mid, arr[:, self.col(key)]
+
+    def reads(self, key: str) -> int | None:
+        """How many distinct readings of ``key`` the summary's rows hold: None for a metric read
+        with every sample, else the background passes that reached them (at least 1: rows
+        with no pass of their own repeat one reading taken before them)."""
+        return max(self.slow_reads, 1) if key in self.slow_keys else None
 
     @property
     def seconds_per_step(self) -> float:
@@ -92,4 +103,6 @@ def merge(a: EpochSummary, b: EpochSummary) -> EpochSummary:
         peak=np.fmax(a.peak, b.peak),
         first=a.first,
         last=b.last,
+        slow_keys=a.slow_keys,
+        slow_reads=a.slow_reads + b.slow_reads,
     )

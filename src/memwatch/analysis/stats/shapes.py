@@ -77,10 +77,11 @@ class EpochStats:
 
 def epoch_stats(summary: EpochSummary, metric: str, cfg: ShapeConfig,
                 first_epoch: bool, start_step: int | None = None,
-                offset: float = 0.0) -> EpochStats | None:
+                offset: float = 0.0, noise_floor: float = 0.0) -> EpochStats | None:
     """The statistics of ``metric`` over ``summary`` (from ``start_step`` on, when given: the
     part before it is no evidence, e.g. DataLoader workers still starting), its levels lowered
-    by ``offset`` (memory memwatch itself added before the unit)."""
+    by ``offset`` (memory memwatch itself added before the unit), its noise at least
+    ``noise_floor`` (what the series cannot show of it: :func:`read_noise`)."""
     if metric not in summary.keys or summary.bucket_floor is None:
         return None
     steps, y = summary.series(metric, "floor")
@@ -97,7 +98,7 @@ def epoch_stats(summary: EpochSummary, metric: str, cfg: ShapeConfig,
     if n < 6:
         return None
     tr = trend_test(t, y)
-    noise = max(tr.noise, diff_noise(y))
+    noise = max(tr.noise, diff_noise(y), noise_floor)
     level = median(y)
     threshold = max(cfg.min_growth_bytes, cfg.min_growth_rel * abs(level), cfg.noise_k * noise)
     k = max(2, n // 10)
@@ -128,7 +129,7 @@ def epoch_stats(summary: EpochSummary, metric: str, cfg: ShapeConfig,
     # is judged on its own: the raw rise against the noise of first differences, which a single
     # jump does not disturb.
     jump_thr = max(cfg.min_growth_bytes, cfg.min_growth_rel * abs(level),
-                   cfg.noise_k * diff_noise(y))
+                   cfg.noise_k * max(diff_noise(y), noise_floor))
     if st.rise > jump_thr:
         sc = step_change(t, y, cfg.step_share)
         if sc is not None and sc.height > jump_thr:
@@ -142,6 +143,26 @@ def epoch_stats(summary: EpochSummary, metric: str, cfg: ShapeConfig,
     st.saturation = saturation_ratio(t, y, tr)
     st.shape = "plateau" if st.saturation < cfg.saturation else "growing"
     return st
+
+
+def read_noise(swing: float, reads: int) -> float:
+    """The noise of a unit's floor taken from ``reads`` readings of a metric that swings by
+    ``swing`` inside the unit.
+
+    A metric read in the background (a pass every few seconds) repeats its last reading between
+    passes, so its series shows no noise however much it moves: a unit of 4 s holds one
+    reading, taken wherever the metric stood in its swing (RSS's parts rise and fall with the
+    step's temporaries), and its "floor" is that reading. Readings at independent moments,
+    each uniform over the swing: the least of ``r`` of them lies above the true floor by
+    ``swing / (r + 1)`` on average, with a standard deviation of
+    ``swing * sqrt(r) / ((r + 1) * sqrt(r + 2))`` (0.29 of the swing for one reading, 0.14
+    for five, 0.05 for twenty): that is the unit's noise. A floor climb between such units is
+    then judged against what the readings can resolve, not against the zero noise of repeated
+    values (a clean Lightning fit's ``host.rss_anon``, one reading a 4-s epoch, climbed 97
+    and 42 MiB inside a swing of 40-200 MiB)."""
+    if swing <= 0 or reads <= 0:
+        return 0.0
+    return swing * math.sqrt(reads) / ((reads + 1) * math.sqrt(reads + 2))
 
 
 def unit_of(summary: EpochSummary) -> str:
