@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gc
 
+import pytest
+
 from memwatch.analysis.culprits import live
 from memwatch.analysis.culprits.live import LiveEvidence
 
@@ -47,8 +49,20 @@ def test_the_first_check_asks_whether_the_heap_is_too_large_without_listing_it(
     # The allocator's blocks bound the tracked objects: a cap above them is answered by them.
     assert len(real()) <= blocks
     assert ev.object_count(at_most=blocks + 10) <= blocks + 10 and listed == []
-    # A cap below them takes the real count (the heap may still be under it).
-    assert ev.object_count(at_most=10) == ev.last_objects and listed == [1]
+    # A cap below them: not known without a listing, and none is made to tell.
+    assert ev.object_count(at_most=10) is None and listed == []
+    # A census given the cap lists the heap once, walks nothing past it, and keeps the count.
+    assert ev.census(collect=False, count_types=True, epoch=0, step=1, rss=0.0,
+                     at_most=10) is None
+    assert listed == [1] and ev.last_census_ms is None
+    counted = ev.last_objects
+    assert counted is not None and counted > 10
+    assert (ev.object_count(at_most=10) or 0) == pytest.approx(counted, rel=0.05)
+    assert listed == [1]
+    # Under the cap, the census is taken from that one listing.
+    assert ev.census(collect=False, count_types=True, epoch=0, step=2, rss=0.0,
+                     at_most=10**9) is None  # (the first census: no pair yet)
+    assert listed == [1, 1] and ev.last_census_ms is not None
 
 
 def test_a_census_sets_the_count_and_the_cost_per_object() -> None:

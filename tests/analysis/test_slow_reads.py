@@ -60,10 +60,10 @@ class _Census(RecordedEvidence):
     collected: list[bool] = dataclasses.field(default_factory=list)
 
     def census(self, *, collect: bool, count_types: bool, epoch: int, step: int,
-               rss: float) -> CensusPair | None:
+               rss: float, at_most: int | None = None) -> CensusPair | None:
         self.collected.append(collect)
         return super().census(collect=collect, count_types=count_types, epoch=epoch,
-                              step=step, rss=rss)
+                              step=step, rss=rss, at_most=at_most)
 
 
 def _fit(anon_reads_mib: list[float], rss: list[float], every: int | None = None,

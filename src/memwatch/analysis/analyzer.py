@@ -278,12 +278,16 @@ class Analyzer:
         framework's heap. A clean run with a flat series takes none."""
         if ctx.census in ("never", "skip"):
             return None
+        cap: int | None = None
         if ctx.census == "auto" and reason != "verdict":
             # Growth alone: worth a census unless the heap is past census_max_objects (then
-            # only a verdict to name takes one); a hint only within the budget.
+            # only a verdict to name takes one); a hint only within the budget. A count not
+            # known without listing the heap is the census's to find (it lists it anyway).
             cap = self.config.census_max_objects
-            if reason is None or not self.config.census_when_suspected or \
-                    self.evidence.object_count(at_most=cap) > cap:
+            if reason is None or not self.config.census_when_suspected:
+                return None
+            n = self.evidence.object_count(at_most=cap)
+            if n is not None and n > cap:
                 return None
             if reason == "hint" and self.censuses and ctx.budget is not None and \
                     not ctx.budget(self.evidence.census_cost()):
@@ -296,10 +300,12 @@ class Analyzer:
         # its allocation sites replace the per-type object counts (see take_census).
         collect = not ctx.collected and (reason == "verdict" or ctx.census == "always")
         rss = last_value(summary, "host.rss")
-        self.censuses += 1
-        return self.evidence.census(collect=collect, count_types=not ctx.tracing,
+        pair = self.evidence.census(collect=collect, count_types=not ctx.tracing,
                                     epoch=summary.epoch, step=summary.end_step,
-                                    rss=float("nan") if rss is None else rss)
+                                    rss=float("nan") if rss is None else rss, at_most=cap)
+        if cap is None or (self.evidence.object_count(at_most=cap) or 0) <= cap:
+            self.censuses += 1  # (not when the heap turned out past the cap: none was taken)
+        return pair
 
 
 __all__ = ["LEAK_METRICS", "Analyzer", "AnalyzerConfig", "CheckContext"]

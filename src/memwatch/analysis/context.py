@@ -196,10 +196,11 @@ class Evidence(Protocol):
     ``/proc``) and runs at checks only, never per step.
     """
 
-    def object_count(self, at_most: int | None = None) -> int:
+    def object_count(self, at_most: int | None = None) -> int | None:
         """Objects the garbage collector tracks now (what a census would walk). With
         ``at_most``, a figure at or under it may be a bound, not a count: enough to tell that
-        the heap is not larger."""
+        the heap is not larger; and None where telling would take a listing of the heap (a
+        census given ``at_most`` finds out with its own listing)."""
         ...
 
     def census_cost(self) -> float:
@@ -208,9 +209,10 @@ class Evidence(Protocol):
         ...
 
     def census(self, *, collect: bool, count_types: bool, epoch: int, step: int,
-               rss: float) -> CensusPair | None:
+               rss: float, at_most: int | None = None) -> CensusPair | None:
         """Take a census now and keep it; the censuses of this check and the previous one
-        (None until two were taken, or when this one failed)."""
+        (None until two were taken, or when this one failed). With ``at_most``, a heap of more
+        objects is not walked: no census (None), and :meth:`object_count` knows the count."""
         ...
 
     def attribute(self, metric: str, cur: EpochStats, pair: CensusPair | None,

@@ -64,14 +64,16 @@ class RecordedEvidence:
     attributions: int = 0
     _last: CensusRecord | None = None
 
-    def object_count(self, at_most: int | None = None) -> int:
+    def object_count(self, at_most: int | None = None) -> int | None:
         return self.objects
 
     def census_cost(self) -> float:
         return self.objects * self.seconds_per_object
 
     def census(self, *, collect: bool, count_types: bool, epoch: int, step: int,
-               rss: float) -> CensusPair | None:
+               rss: float, at_most: int | None = None) -> CensusPair | None:
+        if at_most is not None and self.objects > at_most:
+            return None
         self.censuses += 1
         rec = CensusRecord(epoch, Census({}, 0, {}, self.objects, collections.Counter(), 0.0,
                                          time.time()), rss, step=step)

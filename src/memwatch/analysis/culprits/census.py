@@ -24,8 +24,8 @@ from typing import Any
 from memwatch.analysis.culprits import graphs, ownership, weigh
 from memwatch.analysis.culprits.evidence import Census, Group, GroupGrowth, GroupKey
 
-__all__ = ["Census", "Group", "GroupGrowth", "GroupKey", "diff", "take_census", "tensor_census",
-           "type_growth"]
+__all__ = ["Census", "Group", "GroupGrowth", "GroupKey", "TooManyObjects", "diff", "take_census",
+           "tensor_census", "type_growth"]
 
 _MAX_IDS_PER_GROUP = 4096
 #: Instances of user classes whose attributes are looked at for untracked dicts: the holders
@@ -76,9 +76,20 @@ def _type_info_of(tp: type, tensor_type: Any) -> tuple[str | None, str | None, b
             is_tensor)
 
 
-def take_census(collect: bool = False, count_types: bool = True) -> Census:
+class TooManyObjects(Exception):
+    """The heap holds more objects than the census was allowed to walk (``objects``)."""
+
+    def __init__(self, objects: int) -> None:
+        super().__init__(f"{objects} objects")
+        self.objects = objects
+
+
+def take_census(collect: bool = False, count_types: bool = True,
+                max_objects: int | None = None) -> Census:
     """Walk live objects once. ``collect=True`` runs ``gc.collect()`` first (only garbage that
     cycles keep would otherwise be counted; what survives a collection is really held).
+    Past ``max_objects`` live objects, nothing is walked: :class:`TooManyObjects` (after the
+    listing, which is what counting them costs anyway).
 
     ``count_types=False`` leaves ``Census.types`` empty: counting allocates an int per object
     (counts past 256 are not cached), which tracemalloc, when it runs, traces one by one, making
@@ -107,6 +118,9 @@ def take_census(collect: bool = False, count_types: bool = True) -> Census:
     tinfo: dict[type, tuple[str | None, str | None, bool, bool]] = {}
     objs = gc.get_objects()
     n_objects = len(objs)
+    if max_objects is not None and n_objects > max_objects:
+        del objs
+        raise TooManyObjects(n_objects)
     # Types first, at C speed: most objects (functions, tuples, cells, descriptors) only add to
     # the type counts, and only containers, tensors, user instances and memwatch's own objects
     # are looked at one by one (about a sixth of a framework's heap; the census takes half the

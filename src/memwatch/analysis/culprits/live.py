@@ -63,7 +63,7 @@ class LiveEvidence:
         self.last_objects_walked = 0
         self._dataset: tuple[frozenset[int], float | None] | None = None
 
-    def object_count(self, at_most: int | None = None) -> int:
+    def object_count(self, at_most: int | None = None) -> int | None:
         """Objects the next census would walk, estimated. Listing a framework's heap (200,000
         objects and more) to count it takes 15-30 ms, which checks that decide against a census
         paid five times in a 3-epoch fit (the allocator's blocks moved by more than the quarter
@@ -76,10 +76,12 @@ class LiveEvidence:
         themselves where they are few enough: every object the collector tracks is one of the
         allocator's blocks, so they bound the count, and a run's first check (which asks
         whether the heap is past ``census_max_objects`` before its baseline census) lists
-        nothing twice."""
+        nothing twice. Where they are more (a framework's heap: 1.3 million blocks for
+        350,000 objects), None: the census, given ``at_most``, lists the heap once and tells
+        (a listing before it cost 60 ms of a clean 12-s fit, and the census listed it again)."""
         blocks = sys.getallocatedblocks()
-        if self.last_objects is None and at_most is not None and blocks <= at_most:
-            return blocks
+        if self.last_objects is None and at_most is not None:
+            return blocks if blocks <= at_most else None
         if self.last_objects is None or not self._blocks or \
                 not 0.5 <= blocks / self._blocks <= 2.0:
             self.last_objects = len(gc.get_objects())
@@ -91,18 +93,22 @@ class LiveEvidence:
         """The next census's estimated CPU seconds: objects to walk times the last census's CPU
         seconds per object (a constant before any census). CPU time, not wall: a busy machine
         does not make a census look dearer (see memwatch.core.costs)."""
-        objects = self.object_count()
+        objects = self.object_count() or 0
         walked = self.last_objects_walked
         per_object = (self.last_census_cpu / walked
                       if self.last_census_cpu and walked else _SECONDS_PER_OBJECT)
         return objects * per_object
 
     def census(self, *, collect: bool, count_types: bool, epoch: int, step: int,
-               rss: float) -> CensusPair | None:
+               rss: float, at_most: int | None = None) -> CensusPair | None:
         before = self._costs.cpu.get("census", 0.0)
         try:
             with self._costs.timed("census"):
-                c = census_mod.take_census(collect=collect, count_types=count_types)
+                c = census_mod.take_census(collect=collect, count_types=count_types,
+                                           max_objects=at_most)
+        except census_mod.TooManyObjects as e:
+            self.last_objects, self._blocks = e.objects, sys.getallocatedblocks()
+            return None
         except Exception as e:  # noqa: BLE001
             log.warning("memwatch: tensor census failed (%s); culprits will not be named", e)
             return None

@@ -20,9 +20,9 @@ the settled window began, which on a loaded machine is after most of it). Then:
   copy no more than it reads, and a rise beyond that is something else. Without that figure
   (the loaders could not be found), ``AnalyzerConfig.cow_min_per_worker`` stands in for the
   start-up copy every worker makes whatever its Dataset;
-* and per worker above that start-up copy where the Dataset holds little Python (a numpy
-  Dataset: its objects account for almost nothing, and its workers' few MiB of start-up copying
-  is no finding).
+* and per worker above that start-up copy in any case (a numpy Dataset: its objects account
+  for almost nothing, and its workers' few MiB of start-up copying is no finding; nor is a
+  small Dataset of Python objects copied whole). Below it, the Dataset is not weighed.
 
 It is said once, as ``plateau`` with ``evidence["pattern"] == "copy_on_write"``.
 """
@@ -67,12 +67,14 @@ def judge(inp: RuleInput) -> list[Finding]:
         return []
     workers = max(int(count), 1)
     per_worker = copied / workers
-    held = inp.evidence.dataset_bytes()
-    if held is not None:
-        if per_worker > SLACK * held or per_worker < min(cfg.cow_min_per_worker, held):
-            return []  # more than it can read: something else; or no more than start-up
-    elif per_worker < cfg.cow_min_per_worker:
+    if per_worker < cfg.cow_min_per_worker:
+        # No more than the start-up copy every worker makes, whatever its Dataset: no finding,
+        # and no need to find the loaders (a listing of the heap, 40-100 ms, which a clean
+        # fit's workers asked for once a run).
         return []
+    held = inp.evidence.dataset_bytes()
+    if held is not None and per_worker > SLACK * held:
+        return []  # more than a worker can read: something else
     return [finding(ctx.origin, cur, rss, workers, copied, held)]
 
 
