@@ -123,6 +123,30 @@ def test_steady_rise_then_a_small_one_time_buffer_is_not_a_leak(tmp_path: Path) 
     assert "leak" not in kinds(res)[1], kinds(res)
 
 
+def _warm_up_over_two_epochs(fourth: float) -> Callable[[int, int, int], float]:
+    """A clean Lightning fit's RSS at 4-s epochs, as measured (floors 420, 542, 646 MiB): the
+    allocator warms up over two epochs, the second stepping up inside, the third holding it
+    flat; a fourth epoch at ``fourth`` MiB."""
+    def fn(e: int, i: int, s: int) -> float:
+        level = [420.0, 542.0 if i < 240 else 646.0, 646.0, fourth][e]
+        return level * MIB + rng.normal(0, 2e5)
+    return fn
+
+
+def test_floors_that_climb_only_by_the_previous_units_rise_are_not_a_leak(
+        tmp_path: Path) -> None:
+    # The floors climb 122 and 104 MiB, similar amounts, but the third epoch added nothing:
+    # it ends where the second ended.
+    res = run(tmp_path, _warm_up_over_two_epochs(646.0), epochs=4)
+    assert "leak" not in [k for ks in kinds(res) for k in ks], kinds(res)
+
+
+def test_floors_that_keep_climbing_after_a_flat_unit_are_a_leak(tmp_path: Path) -> None:
+    # The same start, then a fourth epoch 104 MiB higher again: the climb goes on.
+    res = run(tmp_path, _warm_up_over_two_epochs(750.0), epochs=4)
+    assert "leak" not in kinds(res)[2] and "leak" in kinds(res)[3], kinds(res)
+
+
 def test_leak_starting_in_a_later_epoch(tmp_path: Path) -> None:
     res = run(tmp_path, lambda e, i, s: GIB + max(0, s - 300) * 100_000 + rng.normal(0, 2e5))
     assert "leak" not in kinds(res)[0] + kinds(res)[1]
