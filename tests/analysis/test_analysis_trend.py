@@ -7,6 +7,7 @@ import time
 import numpy as np
 import pytest
 
+from memwatch.analysis.stats import trend
 from memwatch.analysis.stats.trend import (
     bucket,
     diff_noise,
@@ -90,6 +91,14 @@ def test_a_recorded_staircase_is_a_trend() -> None:
     tr = trend_test(np.arange(16.0, 16.0 + len(y)), y)
     assert tr.p > 0.01 and tr.r1 > 0.9  # the test alone would not call it
     assert tr.dominance >= dominant(len(y)) and tr.increasing(0.01)
+
+
+@pytest.mark.parametrize("n", [4, 37, 220])
+def test_a_constant_series_is_judged_without_its_pairs(n: int) -> None:
+    # The shortcut gives exactly what every pair would.
+    t, y = np.arange(n, dtype=float) * 3.0, np.full(n, 5.0 * 2**20)
+    assert trend_test(t, y) == trend._pairwise(t, y, 0.95)
+    assert not trend_test(t, y).increasing()
 
 
 def test_decreasing_is_not_increasing() -> None:

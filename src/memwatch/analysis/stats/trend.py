@@ -121,6 +121,17 @@ def trend_test(t_in: npt.ArrayLike, y_in: npt.ArrayLike, confidence: float = 0.9
     if n < 4:
         return Trend(n, 0.0, 0.0, 1.0, 0.0, -math.inf, math.inf, float(y[0]) if n else 0.0,
                      0.0, 0.0)
+    if t[-1] > t[0] and y.min() == y.max():
+        # A constant series (a metric read in the background holds one reading across a short
+        # unit): no pair differs, Var(S) is all ties, the slope and every residual are 0. What
+        # the pairs would give (_pairwise), without building n(n-1)/2 of them.
+        return Trend(n, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, float(y[0]), 0.0, 0.0, 0.0)
+    return _pairwise(t, y, confidence)
+
+
+def _pairwise(t: FloatArray, y: FloatArray, confidence: float) -> Trend:
+    """Mann–Kendall and Theil–Sen from every pair of points (``n >= 4``, no NaNs)."""
+    n = len(y)
     i, j = _pairs(n)
     dt = t[j] - t[i]
     dy = y[j] - y[i]
