@@ -140,12 +140,13 @@ def epoch_stats(summary: EpochSummary, metric: str, cfg: ShapeConfig,
             st.step_at = int(t[sc.index])
             return st
     if not (tr.increasing(cfg.alpha) and rise_fit > threshold and st.rise > 0.5 * threshold):
-        if not _late_onset(t, y, threshold, cfg):
+        late = _late_onset(t, y, threshold, cfg)
+        if late is None:
             return st
         # Flat, then climbing steadily to the unit's end: growing (saturation is judged on
         # the climb, where a cache filling would level off).
         h = len(y) // 2
-        st.saturation = saturation_ratio(t[h:], y[h:], trend_test(t[h:], y[h:]))
+        st.saturation = saturation_ratio(t[h:], y[h:], late)
         st.shape = "plateau" if st.saturation < cfg.saturation else "growing"
         return st
     st.saturation = saturation_ratio(t, y, tr)
@@ -154,9 +155,11 @@ def epoch_stats(summary: EpochSummary, metric: str, cfg: ShapeConfig,
 
 
 def _late_onset(t: npt.NDArray[np.float64], y: npt.NDArray[np.float64], threshold: float,
-                cfg: ShapeConfig) -> bool:
-    """The unit's second half climbs steadily by more than the threshold: the same trend test,
-    same significance, on that half alone (at least 12 points, so 6 or more in it).
+                cfg: ShapeConfig) -> Trend | None:
+    """The second half's trend when that half climbs steadily by more than the threshold (the
+    same trend test, same significance, on that half alone, at least 12 points, so 6 or more
+    in it; its floors over its first and last fifth apart by more than the threshold), else
+    None.
 
     A leak's RSS stands still while the allocator hands out memory the process freed before
     (glibc's free lists, a census's scratch) and climbs once that is used up. Judged whole, such
@@ -166,12 +169,15 @@ def _late_onset(t: npt.NDArray[np.float64], y: npt.NDArray[np.float64], threshol
     p = 0.04)."""
     n = len(y)
     if n < 12:
-        return False
+        return None
     h = n // 2
     late = trend_test(t[h:], y[h:])
-    return late.increasing(cfg.alpha) and late.slope * float(t[-1] - t[h]) > threshold and \
-        float(np.min(y[-max(2, (n - h) // 5):])) - float(np.min(y[h:h + max(2, (n - h) // 5)])) \
-        > threshold
+    k = max(2, (n - h) // 5)
+    climbed = float(np.min(y[-k:])) - float(np.min(y[h:h + k]))
+    if late.increasing(cfg.alpha) and late.slope * float(t[-1] - t[h]) > threshold and \
+            climbed > threshold:
+        return late
+    return None
 
 
 def read_noise(swing: float, reads: int) -> float:
