@@ -58,10 +58,19 @@ def test_a_session_binds_its_training_thread(tmp_path: Path) -> None:
         assert costs._clock is not None
 
 
-def test_a_short_run_may_always_take_a_quarter_second() -> None:
-    """1% of a 3-second run is less than one census of a framework's heap: below the floor the
-    decision would hang on how far load stretched the run. A quarter second in all is allowed."""
+def test_a_short_run_takes_no_optional_work_past_its_share() -> None:
+    """No floor by default: a short run's optional work (a hint census after the baseline) is
+    decided by 1% of its training CPU, which keeps a 12-s fit far from the edge, instead of by
+    a quarter second it had nearly spent (its second census then hung on load)."""
     c = Costs(budget=0.01)
+    c.bind()
+    _burn(0.05)
+    assert not c.allows(0.01)
+    assert c.allows(0.0002)
+
+
+def test_a_floor_given_is_kept() -> None:
+    c = Costs(budget=0.01, floor_s=0.25)
     c.bind()
     _burn(0.05)
     assert c.allows(0.2) and not c.allows(0.3)

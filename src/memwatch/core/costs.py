@@ -31,8 +31,8 @@ Example::
     >>> b.add("census", 0.4, cpu=0.05)  # 0.4 s of wall on a busy machine, 0.05 s of work
     >>> b.allows(0.04), b.allows(0.06)  # 1% of 10 CPU seconds, whatever the wall clock says
     (True, False)
-    >>> Costs(now=lambda: 3.0, start=0.0).allows(0.2)  # a 3-second run: the floor, 0.25 s
-    True
+    >>> Costs(now=lambda: 3.0, start=0.0).allows(0.2)  # a 3-second run: 1% of it is 30 ms
+    False
 """
 
 from __future__ import annotations
@@ -46,11 +46,15 @@ __all__ = ["BUDGET", "Costs"]
 
 #: The share of a run's wall time memwatch's work off the hot path may take, at defaults.
 BUDGET = 0.01
-#: CPU seconds of optional work a run may always take, however short it is: a quarter second
-#: in all is not what a user of a seconds-long run notices, while 1% of it (30 ms for 3 s) is
-#: less than one census of a framework's heap, so a short run's hint census was decided by how
-#: far load stretched its wall time. The share governs every run past 25 s of training CPU.
-FLOOR_S = 0.25
+#: CPU seconds of optional work a run may always take, however short it is. None by default:
+#: the only optional work left is a hint census after the run's baseline (the baseline itself
+#: is always taken), and a floor put short runs right at its edge. A quarter second (the floor
+#: until 2026-11-28) was, with a census of a framework's heap at 0.1-0.15 CPU s, what a clean
+#: 12-s fit had spent when its second hint came: one run in three took a second census (+2% of
+#: the fit), decided by how far the caches it shares with its data-loading workers slowed the
+#: first. Without a floor a run takes one only once 1% of its training CPU time covers it
+#: (about 30 s of training on such a heap), far from any short run.
+FLOOR_S = 0.0
 
 
 class Costs:
