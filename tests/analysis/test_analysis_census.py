@@ -146,3 +146,60 @@ def test_holder_local_of_a_running_function() -> None:
     assert h.path.endswith(": local val_outputs"), h.path
     assert h.root == "frame"
     assert (h.container, h.container_len, h.elements) == ("list", 3, "tensors")
+
+
+class _Marker:
+    """A class of this test's own: its instances are counted by name, exactly."""
+
+
+def test_census_records_containers_from_their_minimum_length_and_counts_every_type() -> None:
+    """Containers are chosen by length at C speed, a slice of the heap at a time: the ones
+    exactly at the minimum are in, one shorter are out, for each container kind; type counts
+    add up over the slices (more objects than one slice holds)."""
+    from memwatch.analysis.culprits import weigh
+
+    seq, other = weigh.SEQUENCE_MIN_LEN, weigh.CONTAINER_MIN_LEN
+    keep = {
+        "list_at": list(range(seq)), "list_below": list(range(seq - 1)),
+        "deque_at": collections.deque(range(seq)),
+        "deque_below": collections.deque(range(seq - 1)),
+        # (values the collector tracks: a dict of atoms is not tracked, so not listed)
+        "dict_at": {i: [i] for i in range(other)},
+        "dict_below": {i: [i] for i in range(other - 1)},
+        "set_at": set(range(other)), "set_below": set(range(other - 1)),
+        "od_at": collections.OrderedDict((i, [i]) for i in range(other)),
+    }
+    markers = [_Marker() for _ in range(3 * C._CHUNK)]
+    c = C.take_census()
+    for name, obj in keep.items():
+        assert (id(obj) in c.containers) == name.endswith("_at"), name
+        if name.endswith("_at"):
+            assert c.containers[id(obj)][0] == len(obj)
+    assert c.containers[id(keep["deque_at"])][1] == "deque"
+    assert c.containers[id(keep["od_at"])][1] == "dict"
+    assert c.types[_Marker.__qualname__] == len(markers)
+    assert id(markers) in c.containers
+    untyped = C.take_census(count_types=False)
+    assert not untyped.types and id(keep["list_at"]) in untyped.containers
+
+
+def test_module_paths_are_judged_after_normalising_only_what_could_move_them() -> None:
+    """A module path that is absolute and normal is judged as it is (a first census asks about
+    3,000 of them); one with a "." or ".." part or a doubled separator is normalised first, so
+    that a path that climbs out of an installed package is not taken for the package's."""
+    import json
+    import os
+
+    from memwatch.analysis.culprits import ownership
+
+    ownership._is_user_path.cache_clear()
+    lib = os.path.dirname(json.__file__)
+    assert not ownership._is_user_path(json.__file__)
+    assert ownership._is_user_path(__file__)
+    # out of the standard library by "..", and back into it by "." and "//"
+    climbed = f"{lib}/../../../../../{os.path.abspath(__file__).lstrip('/')}"
+    assert ownership._is_user_path(climbed)
+    assert not ownership._is_user_path(f"{lib}/./__init__.py")
+    assert not ownership._is_user_path(f"{lib}//__init__.py")
+    fake_pkg = "/opt/venv/lib/python3.11/site-packages/../../../../../home/u/train.py"
+    assert ownership._is_user_path(fake_pkg)

@@ -107,7 +107,6 @@ def take_census(collect: bool = False, count_types: bool = True,
     claims: dict[tuple[str, int], tuple[Group, bool]] = {}
     type_counts: collections.Counter[str] = collections.Counter()
     containers: dict[int, tuple[int, str]] = {}
-    min_len, seq_min_len = weigh.CONTAINER_MIN_LEN, weigh.SEQUENCE_MIN_LEN
     own: list[Any] = []  # memwatch's objects: their containers are left out
     user: list[Any] = []  # instances of user classes: their untracked dicts are looked at
     graph = graphs.GraphWalk()
@@ -126,14 +125,13 @@ def take_census(collect: bool = False, count_types: bool = True,
     # tuples, cells, descriptors) only add to the type counts, and only containers, tensors,
     # user instances and memwatch's own objects are looked at one by one (about a sixth of a
     # framework's heap; the census takes half the time it took walking every object).
-    picked = _pick(objs, tensor_type, tinfo, type_counts, count_types)
+    picked, long = _pick(objs, tensor_type, tinfo, type_counts, count_types)
     del objs
+    for o in long:  # containers at least CONTAINER_MIN_LEN long (a sequence: SEQUENCE_MIN_LEN)
+        containers[id(o)] = (len(o), tinfo[type(o)][1])  # type: ignore[assignment]
+    del long
     for o in picked:
-        name, kind, is_user, is_tensor = tinfo[type(o)]
-        if kind is not None:
-            n = len(o)
-            if n >= (seq_min_len if kind in _SEQUENCES else min_len):
-                containers[id(o)] = (n, kind)
+        name, _, is_user, is_tensor = tinfo[type(o)]
         if name is None:
             own.append(o)
         if is_user and len(user) < _MAX_USER_INSTANCES:
@@ -197,17 +195,23 @@ _CHUNK = 8192
 
 def _pick(objs: list[Any], tensor_type: Any,
           tinfo: dict[type, tuple[str | None, str | None, bool, bool]],
-          type_counts: collections.Counter[str], count_types: bool) -> list[Any]:
-    """The objects of ``objs`` the census looks at one by one (containers, tensors, user
-    instances, memwatch's own), filling ``tinfo`` for every type seen and ``type_counts``
-    by type name. Counting allocates ints (counts past 256 are not cached), which tracemalloc
-    would trace one by one: without ``count_types``, a set of the types instead."""
+          type_counts: collections.Counter[str],
+          count_types: bool) -> tuple[list[Any], list[Any]]:
+    """The objects of ``objs`` the census looks at one by one (tensors, user instances,
+    memwatch's own) and the containers long enough to record (a sixth of a framework's heap is
+    containers, most of them short: their lengths are compared at C speed, never one by one in
+    Python), filling ``tinfo`` for every type seen and ``type_counts`` by type name. Counting
+    allocates ints (counts past 256 are not cached), which tracemalloc would trace one by one:
+    without ``count_types``, a set of the types instead."""
     by_type: collections.Counter[type] = collections.Counter()
     seen: set[type] = set()
     known: Sized = by_type if count_types else seen
-    wanted: set[type] = set()
-    contains = wanted.__contains__
+    wanted: set[type] = set()  # looked at one by one
+    # containers, by the length from which they are recorded
+    sized: tuple[tuple[int, set[type]], ...] = ((weigh.CONTAINER_MIN_LEN, set()),
+                                                (weigh.SEQUENCE_MIN_LEN, set()))
     picked: list[Any] = []
+    long: list[Any] = []
     for i in range(0, len(objs), _CHUNK):
         chunk = objs[i:i + _CHUNK]
         types = list(map(type, chunk))
@@ -220,15 +224,22 @@ def _pick(objs: list[Any], tensor_type: Any,
                 if tp not in tinfo:
                     info = tinfo[tp] = _type_info(tp, tensor_type)
                     name, kind, is_user, is_tensor = info
-                    if name is None or kind is not None or is_user or is_tensor:
+                    if kind is not None:  # (a container type is never memwatch's own)
+                        sized[kind in _SEQUENCES][1].add(tp)
+                    elif name is None or is_user or is_tensor:
                         wanted.add(tp)
-        picked.extend(itertools.compress(chunk, map(contains, types)))
+        picked.extend(itertools.compress(chunk, map(wanted.__contains__, types)))
+        for min_len, of_kind in sized:
+            if of_kind:
+                these = list(itertools.compress(chunk, map(of_kind.__contains__, types)))
+                long.extend(itertools.compress(these, map(min_len.__le__, map(len, these))))
+                del these
         del chunk, types
     for tp, n in by_type.items():
         name = tinfo[tp][0]
         if name is not None:
             type_counts[name] += n
-    return picked
+    return picked, long
 
 
 def _claim(claims: dict[tuple[str, int], tuple[Group, bool]], g: Group, dev: str, st: Any,
