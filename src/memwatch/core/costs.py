@@ -46,7 +46,7 @@ __all__ = ["BUDGET", "Costs"]
 
 #: The share of a run's wall time memwatch's work off the hot path may take, at defaults.
 BUDGET = 0.01
-#: CPU seconds of optional work a run may always take, however short it is. None by default:
+#: CPU seconds of optional work a run may always take, however short it is. No floor by default:
 #: the only optional work left is a hint census after the run's baseline (the baseline itself
 #: is always taken), and a floor put short runs right at its edge. A quarter second (the floor
 #: until 2026-11-28) was, with a census of a framework's heap at 0.1-0.15 CPU s, what a clean

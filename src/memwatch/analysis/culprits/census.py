@@ -19,7 +19,6 @@ import itertools
 import sys
 import time
 import weakref
-from collections.abc import Sized
 from typing import Any
 
 from memwatch.analysis.culprits import graphs, ownership, weigh
@@ -203,9 +202,9 @@ def _pick(objs: list[Any], tensor_type: Any,
     Python), filling ``tinfo`` for every type seen and ``type_counts`` by type name. Counting
     allocates ints (counts past 256 are not cached), which tracemalloc would trace one by one:
     without ``count_types``, a set of the types instead."""
-    by_type: collections.Counter[type] = collections.Counter()
-    seen: set[type] = set()
-    known: Sized = by_type if count_types else seen
+    # the types seen so far: counted, or (without count_types) a set
+    known: collections.Counter[type] | set[type] = \
+        collections.Counter() if count_types else set()
     wanted: set[type] = set()  # looked at one by one
     # containers, by the length from which they are recorded
     sized: tuple[tuple[int, set[type]], ...] = ((weigh.CONTAINER_MIN_LEN, set()),
@@ -215,12 +214,9 @@ def _pick(objs: list[Any], tensor_type: Any,
     for i in range(0, len(objs), _CHUNK):
         chunk = objs[i:i + _CHUNK]
         types = list(map(type, chunk))
-        if count_types:
-            by_type.update(types)
-        else:
-            seen.update(types)
+        known.update(types)
         if len(known) > len(tinfo):  # types not met before in this census
-            for tp in (by_type if count_types else seen):
+            for tp in known:
                 if tp not in tinfo:
                     info = tinfo[tp] = _type_info(tp, tensor_type)
                     name, kind, is_user, is_tensor = info
@@ -235,10 +231,11 @@ def _pick(objs: list[Any], tensor_type: Any,
                 long.extend(itertools.compress(these, map(min_len.__le__, map(len, these))))
                 del these
         del chunk, types
-    for tp, n in by_type.items():
-        name = tinfo[tp][0]
-        if name is not None:
-            type_counts[name] += n
+    if isinstance(known, collections.Counter):
+        for tp, n in known.items():
+            name = tinfo[tp][0]
+            if name is not None:
+                type_counts[name] += n
     return picked, long
 
 

@@ -85,10 +85,8 @@ def is_user_file(filename: str) -> bool:
     """Code the user wrote: not the standard library, an installed package or memwatch."""
     if filename.startswith("<"):
         return not filename.startswith(("<frozen", "<unknown"))  # "<string>", "<stdin>": user
-    if "-packages" in filename and any(m in filename for m in _PACKAGE_MARKERS):
-        return False  # (most files a run's modules and frames come from: asked first)
-    if excluded(filename):
-        return False
+    if any(m in filename for m in _PACKAGE_MARKERS) or excluded(filename):
+        return False  # (installed packages first: most of a run's modules and frames)
     return not filename.startswith(_LIBRARY)
 
 
