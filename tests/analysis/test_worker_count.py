@@ -104,3 +104,34 @@ def test_private_growth_needs_rss_to_rise_with_uss(uss_up: float, rss_up: float,
     rss = [_unit(0, "workers.rss", 500.0, 500.0), _unit(1, "workers.rss", 500.0, 500.0 + rss_up)]
     assert _private_growth(uss, rss) is private
     assert _private_growth(uss, []) is True  # RSS unknown: USS decides alone
+
+
+def test_the_oldest_loader_is_the_one_whose_workers_started_first() -> None:
+    """Not the collector's listing order (youngest generation first): the kernel's start time
+    of each loader's workers."""
+    import os
+    import subprocess
+    import sys
+
+    from memwatch.analysis.culprits import loaders
+
+    @dataclasses.dataclass
+    class Worker:
+        pid: int
+
+    @dataclasses.dataclass
+    class Iterator:
+        _workers: list[Worker]
+
+    @dataclasses.dataclass
+    class Loader:
+        _iterator: Iterator
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        new, old = Loader(Iterator([Worker(child.pid)])), Loader(Iterator([Worker(os.getpid())]))
+        assert min([new, old], key=loaders._workers_started) is old
+        assert min([old, new], key=loaders._workers_started) is old
+    finally:
+        child.kill()
+        child.wait()

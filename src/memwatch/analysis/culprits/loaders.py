@@ -57,17 +57,38 @@ def dataset_bytes() -> float | None:
 
 
 def loaders_with_workers() -> tuple[int, Holder | None]:
-    """(live DataLoaders whose workers run, the holder of the oldest of them)."""
+    """(live DataLoaders whose workers run, the holder of the oldest of them: the one whose
+    workers started first. Not the first in the collector's listing, which lists its youngest
+    generation first: after a collection the newest loader, held by the loop's own variable,
+    came first there and was named in place of the list that keeps them all.)"""
     live = _live_loaders()
     n = len(live)
     if not live:
         return 0, None
-    oldest = live[0]
+    oldest = min(live, key=_workers_started)
     live.clear()
     try:
         return n, holder_of(oldest, budget_s=2.0)
     finally:
         del oldest
+
+
+def _workers_started(loader: Any) -> tuple[float, int]:
+    """When the loader's first worker started (the kernel's start time of the process, in
+    clock ticks since boot; then its pid), for ordering loaders oldest first."""
+    it = getattr(loader, "_iterator", None)
+    pids = [getattr(w, "pid", None) for w in list(getattr(it, "_workers", None) or ())]
+    best: tuple[float, int] = (float("inf"), sys.maxsize)
+    for pid in pids:
+        if not isinstance(pid, int):
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                started = float(f.read().rsplit(b")", 1)[1].split()[19])
+        except (OSError, IndexError, ValueError):
+            started = float("inf")
+        best = min(best, (started, pid))
+    return best
 
 
 def _has_live_workers(loader: Any) -> bool:
