@@ -50,6 +50,7 @@ from memwatch.bundle.schema import FINDING, DictOf, ListOf, Obj, T
 from memwatch.core.safefs import ensure_dir, open_dir, read_bounded, write_atomic
 from memwatch.core.units import fmt_bytes
 from memwatch.core.untrusted import loads_json, sanitize
+from memwatch.probes.procfs import process_start
 
 __all__ = ["BLACKBOX_SUBDIR", "CGROUP_ROOT", "ENDED_SUBDIR", "MAX_RECORD_BYTES", "SCHEMA",
            "boot_id", "clean_parts", "find_records", "judge", "process_start", "read_record",
@@ -93,17 +94,6 @@ def boot_id() -> str | None:
         with open("/proc/sys/kernel/random/boot_id") as f:
             return f.read().strip()
     except OSError:
-        return None
-
-
-def process_start(pid: int) -> int | None:
-    """When ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat`` field 22): a pid
-    reused by another process has another start time."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-        return int(raw[raw.rindex(b")") + 2:].split()[19])
-    except (OSError, ValueError, IndexError):
         return None
 
 

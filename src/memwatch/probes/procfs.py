@@ -23,6 +23,17 @@ def rss_of_pid(pid: int) -> int | None:
         return None
 
 
+def process_start(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat`` field 22): a pid
+    reused by another process has another start time. None where unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read(4096)  # (one line of a few hundred bytes)
+        return int(raw[raw.rindex(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def rss_now() -> int | None:
     """This process's resident bytes now (``/proc/self/statm``), None where unreadable."""
     return rss_of_pid(os.getpid())

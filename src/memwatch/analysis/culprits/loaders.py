@@ -12,6 +12,7 @@ from typing import Any
 from memwatch.analysis.culprits.evidence import Holder
 from memwatch.analysis.culprits.holders import holder_of
 from memwatch.analysis.culprits.weigh import Scale
+from memwatch.probes import procfs
 
 __all__ = ["dataset_bytes", "loaders_with_workers"]
 
@@ -73,28 +74,26 @@ def loaders_with_workers() -> tuple[int, Holder | None]:
         del oldest
 
 
+def _workers(loader: Any) -> list[Any]:
+    """The worker process handles of a DataLoader's current iterator (none without one)."""
+    it = getattr(loader, "_iterator", None)
+    return list(getattr(it, "_workers", None) or ()) if it is not None else []
+
+
 def _workers_started(loader: Any) -> tuple[float, int]:
     """When the loader's first worker started (the kernel's start time of the process, in
     clock ticks since boot; then its pid), for ordering loaders oldest first."""
-    it = getattr(loader, "_iterator", None)
-    pids = [getattr(w, "pid", None) for w in list(getattr(it, "_workers", None) or ())]
     best: tuple[float, int] = (float("inf"), sys.maxsize)
-    for pid in pids:
-        if not isinstance(pid, int):
-            continue
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                started = float(f.read().rsplit(b")", 1)[1].split()[19])
-        except (OSError, IndexError, ValueError):
-            started = float("inf")
-        best = min(best, (started, pid))
+    for w in _workers(loader):
+        pid = getattr(w, "pid", None)
+        if isinstance(pid, int):
+            started = procfs.process_start(pid)
+            best = min(best, (float("inf") if started is None else float(started), pid))
     return best
 
 
 def _has_live_workers(loader: Any) -> bool:
-    it = getattr(loader, "_iterator", None)
-    workers = getattr(it, "_workers", None) if it is not None else None
     try:
-        return any(w.is_alive() for w in list(workers or ()))
+        return any(w.is_alive() for w in _workers(loader))
     except Exception:  # noqa: BLE001 - a worker handle we cannot ask
         return False
