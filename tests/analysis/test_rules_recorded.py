@@ -51,7 +51,7 @@ def test_native_memory_when_the_allocators_in_use_bytes_grow() -> None:
     res = judge(host_growth(lambda s: 512 * MIB + s * MIB), RecordedEvidence(),
                 limits={"host.rss": 64 * GIB})
     f = only(res[1], "leak")
-    assert f.evidence["pattern"] == "native_memory"
+    assert f.evidence["pattern"] == "native_memory" and f.rule == "native"
     assert "in-use bytes grew with it" in f.message and "native memory" in (f.culprit or "")
     assert any("tracemalloc=True" in s for s in f.suggestions)
     assert not any("MALLOC_ARENA_MAX" in s for s in f.suggestions)
@@ -61,6 +61,7 @@ def test_allocator_retention_only_with_the_evidence() -> None:
     res = judge(host_growth(lambda s: 512 * MIB), RecordedEvidence(),
                 limits={"host.rss": 64 * GIB})
     f = only(res[1], "allocator_retention")
+    assert f.rule == "native"
     assert f.evidence["malloc_in_use_growth_bytes"] == pytest.approx(0.0, abs=MIB)
     assert f.evidence["malloc_free_growth_bytes"] > 100 * MIB
     assert "did not" in f.message and any("MALLOC_ARENA_MAX" in s for s in f.suggestions)
@@ -78,7 +79,7 @@ def test_a_leak_live_objects_explain_is_named_as_usual() -> None:
     ev = RecordedEvidence(attribution=Attribution(explained_bytes=400 * MIB))
     res = judge(host_growth(lambda s: 512 * MIB + s * MIB), ev, limits={"host.rss": 64 * GIB})
     f = only(res[1], "leak")
-    assert "pattern" not in f.evidence and ev.attributions >= 1
+    assert "pattern" not in f.evidence and ev.attributions >= 1 and f.rule == "leak"
 
 
 def test_the_limit_that_binds_is_named() -> None:

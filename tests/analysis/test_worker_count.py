@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from loop_runs import LoopRuns
-from memwatch.analysis.rules import worker_count
+from memwatch.analysis.stats.settle import count_rising
 from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.analysis.stats.trend import Trend
 
@@ -28,6 +28,7 @@ def test_rebuilt_loaders_are_a_worker_count_leak_named_at_their_holder(tmp_path:
     assert counts, fs
     first = counts[0]
     assert first["kind"] == "leak" and first["evidence"]["pattern"] == "worker_count"
+    assert first["rule"] == "worker_count"
     assert first["epoch"] <= 2  # two rises of the count's floor: the third check
     assert "worker_loops.acc.loaders (list," in first["culprit"], first["culprit"]
     assert any("persistent_workers=False" in s for s in first["suggestions"])
@@ -73,7 +74,7 @@ def _stats(floors: list[float]) -> list[EpochStats]:
     ([2], False),
 ])
 def test_count_rule(floors: list[float], rising: bool) -> None:
-    assert worker_count.rising(_stats(floors)) is rising
+    assert count_rising(_stats(floors)) is rising
 
 
 def _unit(i: int, metric: str, floor: float, end: float) -> EpochStats:

@@ -181,7 +181,7 @@ def test_findings_are_redacted_at_birth() -> None:
 
     key = "hf_" + "Zq1Zq2Zq3Zq4Zq5Zq6Zq7Zq8"
     f = Origin(epoch=1).finding(
-        kind="leak", metric="host.rss", severity="warning",
+        rule="leak", kind="leak", metric="host.rss", severity="warning",
         message=f"host.rss grows; held by store['{key}']", culprit=f"store['{key}']",
         suggestions=[f"del store['{key}']"], evidence={"holder": f"store['{key}']",
                                                      "groups": [{"name": key}]})

@@ -74,7 +74,7 @@ def test_growth_outside_the_allocator_is_its_own_finding() -> None:
                                "device.private_pools": 0.0})
     found = [f for fs in per for f in fs if f.metric == "device.outside_allocator"]
     assert found and found[0].kind == "leak"
-    assert found[0].evidence["pattern"] == "outside_allocator"
+    assert found[0].rule == "outside_allocator"
     assert "cuBLAS" in found[0].message and "NCCL" in found[0].message
     assert not [f for fs in per for f in fs if f.metric == "device.allocated"]
 

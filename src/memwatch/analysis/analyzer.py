@@ -21,7 +21,7 @@ import logging
 from memwatch.analysis.context import AnalyzerConfig, CheckContext, Evidence
 from memwatch.analysis.culprits.evidence import CensusPair
 from memwatch.analysis.rules import RULES, Rule, RuleInput, dedupe
-from memwatch.analysis.rules.native import IN_USE
+from memwatch.analysis.rules.leak.native import IN_USE
 from memwatch.analysis.stats.held import floor_rose, verdict
 from memwatch.analysis.stats.settle import workers_settled_step
 from memwatch.analysis.stats.shapes import EpochStats, epoch_stats, last_value, read_noise
@@ -69,7 +69,7 @@ class Analyzer:
     """
 
     def __init__(self, config: AnalyzerConfig | None = None, evidence: Evidence | None = None,
-                 rules: tuple[Rule, ...] = RULES) -> None:
+                 rules: tuple[Rule[RuleInput], ...] = RULES) -> None:
         self.config = config or AnalyzerConfig()
         if evidence is None:
             from memwatch.analysis.culprits.live import LiveEvidence
@@ -139,7 +139,7 @@ class Analyzer:
 
         inp = RuleInput(summary=summary, history=judged, stats=stats, ctx=ctx, cfg=cfg,
                         evidence=self.evidence, pair=pair)
-        found: list[tuple[Rule, Finding]] = []
+        found: list[tuple[Rule[RuleInput], Finding]] = []
         for rule in self.rules:
             found.extend((rule, f) for f in rule.judge(inp))
         return dedupe(found, self._said)

@@ -125,7 +125,7 @@ FINDING = Obj({
     "kind": _S0, "metric": _S0, "severity": _S0, "message": _S0, "culprit": _S0,
     "bytes_per_step": _N0, "steps_to_oom": _N0, "seconds_to_oom": _N0,
     "suggestions": ListOf(T(str), none=True), "evidence": T(dict, _NONE), "epoch": _I0,
-    "step": _I0, "rank": _RANK, "stage": _S0, "check": _I0,
+    "step": _I0, "rank": _RANK, "stage": _S0, "check": _I0, "rule": _S0,
 })
 _GROUP = Obj({
     "device": _S0, "dtype": _S0, "shape": ListOf(T(int, str), none=True),

@@ -39,7 +39,9 @@ KINDS: tuple[str, ...] = (
     "rank_unresponsive",
 )
 # Worker findings use these kinds too: per-worker growth is a ``leak`` and copy-on-write a
-# ``plateau``; ``evidence["pattern"]`` says which ("per_worker_growth", "copy_on_write").
+# ``plateau``. Which rule made a finding is its ``rule`` (the names of
+# ``memwatch.analysis.rules``); ``evidence["pattern"]`` names the variant where the docs list
+# one ("per_worker_growth", "copy_on_write", "native_memory"...).
 
 
 class FrozenDict(dict):  # type: ignore[type-arg]
@@ -102,6 +104,10 @@ class Finding:
     stage: str = "train"
     #: Which check of its session judged it (0, 1, ...), when it came from one.
     check: int | None = None
+    #: The analyzer rule that made it ("leak", "native", "worker_count", "ranks"...: the
+    #: names of ``memwatch.analysis.rules``); None for a finding made elsewhere or saved
+    #: before findings named their rule.
+    rule: str | None = None
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:
@@ -146,14 +152,16 @@ class Finding:
 class Origin:
     """Where a finding comes from: the check (epoch end or inside an epoch) that judged it.
 
-    Verdict code builds findings through :meth:`finding`, so every one is complete at birth.
+    Verdict code builds findings through :meth:`finding`, so every one is complete at birth,
+    the rule that made it named.
 
     Example::
 
         >>> o = Origin(epoch=2, step=300, stage="val", check=2)
-        >>> f = o.finding(kind="plateau", metric="host.rss", severity="info", message="...")
-        >>> f.epoch, f.step, f.stage, f.evidence["stage"]
-        (2, 300, 'val', 'val')
+        >>> f = o.finding(rule="leak", kind="plateau", metric="host.rss", severity="info",
+        ...               message="...")
+        >>> f.epoch, f.step, f.stage, f.evidence["stage"], f.rule
+        (2, 300, 'val', 'val', 'leak')
     """
 
     epoch: int | None = None
@@ -162,12 +170,13 @@ class Origin:
     stage: str = "train"
     check: int | None = None
 
-    def finding(self, *, suggestions: Iterable[str] = (),
+    def finding(self, *, rule: str, suggestions: Iterable[str] = (),
                 evidence: Mapping[str, Any] | None = None, **fields: Any) -> Finding:
-        """A :class:`Finding` born here; ``fields`` may name another ``rank`` (a cross-rank
-        verdict is about the rank it names, though rank 0 judged it)."""
+        """A :class:`Finding` born here, made by ``rule`` (a rule's name); ``fields`` may name
+        another ``rank`` (a cross-rank verdict is about the rank it names, though rank 0
+        judged it)."""
         where: dict[str, Any] = {"epoch": self.epoch, "step": self.step, "rank": self.rank,
-                                 "stage": self.stage, "check": self.check}
+                                 "stage": self.stage, "check": self.check, "rule": rule}
         where.update(fields)
         return Finding(suggestions=tuple(suggestions), evidence=dict(evidence or {}), **where)
 

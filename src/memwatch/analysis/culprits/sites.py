@@ -172,6 +172,18 @@ class AllocationDiff:
             return None
         return self.rss_growth - self.own_rss_growth
 
+    def explains(self, min_bytes: float, share: float) -> bool:
+        """Live traced Python allocations grew by at least ``share`` of the host growth (at
+        least ``min_bytes`` when that growth is unknown): user code keeps them (a leak), the
+        allocator does not (retention)."""
+        grew = min(self.traced_growth, self.traced_net)  # net: what was released elsewhere
+        if grew <= 0:
+            return False
+        rss = self.explainable_rss_growth()
+        if rss is None or rss <= 0:
+            return bool(grew >= min_bytes)
+        return bool(grew >= share * rss)
+
     def summary(self) -> dict[str, Any]:
         return {
             "epochs": list(self.epochs),

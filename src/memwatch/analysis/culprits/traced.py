@@ -18,15 +18,8 @@ __all__ = ["attribute_traced", "traced_explains"]
 def traced_explains(d: Any, cfg: AnalyzerConfig) -> bool:
     """Live traced Python allocations grew by a fair share of the host growth: user code keeps
     them (a leak), the allocator does not (retention)."""
-    if d is None:
-        return False
-    grew = min(d.traced_growth, d.traced_net)  # net: what was released elsewhere counts
-    if grew <= 0:
-        return False
-    rss = d.explainable_rss_growth()
-    if rss is None or rss <= 0:
-        return bool(grew >= cfg.shape.min_growth_bytes)
-    return bool(grew >= cfg.retention_explained * rss)
+    return d is not None and bool(d.explains(cfg.shape.min_growth_bytes,
+                                             cfg.retention_explained))
 
 
 def attribute_traced(out: Attribution, cur: EpochStats, d: Any, cfg: AnalyzerConfig) -> None:

@@ -1,26 +1,34 @@
 """The shape every rule has, what it is handed, and the one de-duplication policy.
 
 A rule is a :class:`Rule` value: a name, the finding kinds it may return, which of them are said
-once per run, and a ``judge`` function of one :class:`RuleInput`. The input is everything a
-verdict may use: this check's summary and statistics, the units judged per metric, the check's
-context and tuning, and the :class:`~memwatch.analysis.context.Evidence` port (the only way a
-rule learns anything about the live process). A rule never walks the heap or reads ``/proc``
-itself (``tests/test_architecture.py`` checks its imports), so it can be tested from recorded
-values.
+once per run, and a ``judge`` function of one input (a :class:`RuleInput` at every check; the
+cross-rank rule judges the ranks' summaries instead). The input is everything a verdict may use:
+this check's summary and statistics, the units judged per metric, the check's context and
+tuning, and the :class:`~memwatch.analysis.context.Evidence` port (the only way a rule learns
+anything about the live process). A rule never walks the heap or reads ``/proc`` itself
+(``tests/test_architecture.py`` checks its imports), so it can be tested from recorded values.
+
+A rule that delegates some of its verdicts to modules of its own lists them as its ``parts``
+(:class:`SubRule`): the leak rule's mapped-file and native-memory verdicts. Every finding names
+the rule or part that made it (``Finding.rule``): rules make findings through
+``origin.finding(rule=NAME, ...)``.
 
 Example (a rule is a value; :data:`memwatch.analysis.rules.RULES` lists the ones that run)::
 
     >>> from memwatch.analysis.rules import RULES
-    >>> [r.name for r in RULES]
-    ['leak', 'workers', 'copy_on_write', 'fragmentation', 'outside_allocator', 'near_oom']
+    >>> " ".join(r.name for r in RULES)
+    'leak worker_count workers copy_on_write fragmentation outside_allocator near_oom'
     >>> sorted(RULES[0].kinds)[:3]
     ['accumulation', 'allocator_retention', 'leak']
+    >>> [p.name for p in RULES[0].parts]
+    ['mapped_file', 'native']
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Generic, TypeVar
 
 from memwatch.analysis.context import AnalyzerConfig, CheckContext, Evidence
 from memwatch.analysis.culprits.evidence import Attribution, CensusPair
@@ -28,7 +36,9 @@ from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.core.findings import Finding
 from memwatch.timeline import EpochSummary
 
-__all__ = ["Rule", "RuleInput", "dedupe"]
+__all__ = ["Rule", "RuleInput", "SubRule", "dedupe"]
+
+In = TypeVar("In")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,34 +79,70 @@ class RuleInput:
             return self.ctx.mapped_files()
         return self.evidence.mapped_files()
 
+    def traced_explains(self, metric: str) -> bool:
+        """This check's live traced Python allocations (``tracemalloc=``) grew by a fair share
+        of ``metric``'s growth: user code keeps them. False without tracing, and for metrics
+        tracemalloc does not see (it sees the host only)."""
+        trace = self.ctx.trace if metric.startswith("host.") else None
+        return trace is not None and bool(trace.explains(self.cfg.shape.min_growth_bytes,
+                                                         self.cfg.retention_explained))
+
 
 @dataclasses.dataclass(frozen=True)
-class Rule:
+class SubRule:
+    """A verdict a rule delegates to a module of its own and runs itself: listed in the
+    parent's :attr:`Rule.parts`, its findings name it (``Finding.rule``) and are said through
+    the parent (its ``once``, its place in the order).
+
+    Attributes:
+        name: how findings, docs and tests name it.
+        kinds: the finding kinds it may make (among its parent's).
+    """
+
+    name: str
+    kinds: frozenset[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule(Generic[In]):
     """One rule of the analyzer.
 
     Attributes:
-        name: how docs, tests and logs name it.
-        kinds: the finding kinds it may return (each in :data:`memwatch.core.findings.KINDS`).
+        name: how findings (``Finding.rule``), docs, tests and logs name it.
+        kinds: the finding kinds it may return (each in :data:`memwatch.core.findings.KINDS`),
+            its parts' included.
         once: of those kinds, the ones said once per (metric, kind) for the whole run: a
             benign shape (a plateau, accumulation) is news once; a leak's figures (rate,
             forecast, culprit) are news at every check.
         judge: the verdicts of one check.
         reads: the metrics it judges (documentation; the analyzer hands it all).
+        parts: the verdicts it delegates to modules of its own (:class:`SubRule`).
     """
 
     name: str
     kinds: frozenset[str]
     once: frozenset[str]
-    judge: Callable[[RuleInput], list[Finding]]
+    judge: Callable[[In], list[Finding]]
     reads: tuple[str, ...] = ()
+    parts: tuple[SubRule, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.once <= self.kinds:
             raise ValueError(f"rule {self.name}: once={sorted(self.once)} must be among its "
                              f"kinds {sorted(self.kinds)}")
+        for p in self.parts:
+            if not p.kinds <= self.kinds:
+                raise ValueError(f"rule {self.name}: its part {p.name} makes kinds "
+                                 f"{sorted(p.kinds - self.kinds)} it does not declare")
+
+    @property
+    def names(self) -> frozenset[str]:
+        """The names its findings may carry: its own and its parts'."""
+        return frozenset({self.name, *(p.name for p in self.parts)})
 
 
-def dedupe(found: Iterable[tuple[Rule, Finding]], said: set[tuple[str, str]]) -> list[Finding]:
+def dedupe(found: Iterable[tuple[Rule[Any], Finding]],
+           said: set[tuple[str, str]]) -> list[Finding]:
     """The one policy for findings said twice.
 
     * Across checks: a finding of a kind its rule says once is dropped when (metric, kind) was

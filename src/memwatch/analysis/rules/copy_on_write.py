@@ -29,16 +29,16 @@ It is said once, as ``plateau`` with ``evidence["pattern"] == "copy_on_write"``.
 
 from __future__ import annotations
 
-from memwatch.analysis.rules import worker_count
 from memwatch.analysis.rules.base import Rule, RuleInput
 from memwatch.analysis.rules.words import where
-from memwatch.analysis.stats.settle import copied_since_all_up
+from memwatch.analysis.stats.settle import COUNT, copied_since_all_up, count_rising
 from memwatch.analysis.stats.shapes import EpochStats, last_value
 from memwatch.core.findings import Finding, Origin
 from memwatch.core.units import fmt_bytes
 
-__all__ = ["RULE", "judge"]
+__all__ = ["NAME", "RULE", "judge"]
 
+NAME = "copy_on_write"
 METRIC = "workers.uss"
 #: A worker copies at most what it reads; the measure of what the Dataset holds is an estimate
 #: from a sample of its objects: allow this much above it.
@@ -49,9 +49,9 @@ def judge(inp: RuleInput) -> list[Finding]:
     """Copy-on-write in the DataLoader workers at this check, said once."""
     history, ctx, cfg = inp.history, inp.ctx, inp.cfg
     hist = history.get(METRIC, [])
-    count = last_value(inp.summary, worker_count.COUNT)
+    count = last_value(inp.summary, COUNT)
     if not hist or not count or METRIC not in inp.stats or \
-            worker_count.rising(history.get(worker_count.COUNT, [])):
+            count_rising(history.get(COUNT, [])):
         return []
     cur = hist[-1]
     rss_hist = history.get("workers.rss", [])
@@ -91,7 +91,7 @@ def finding(origin: Origin, cur: EpochStats, rss: EpochStats | None, workers: in
         "shared pages once per worker and overstates it, USS/PSS are the honest numbers."
     )
     return origin.finding(
-        kind="plateau", metric=METRIC, severity="info", message=msg,
+        rule=NAME, kind="plateau", metric=METRIC, severity="info", message=msg,
         culprit=f"copy-on-write of the Dataset's Python objects in {workers} workers",
         suggestions=[
             "Keep the dataset in numpy arrays, a memmap or Arrow instead of lists/dicts of "
@@ -103,5 +103,6 @@ def finding(origin: Origin, cur: EpochStats, rss: EpochStats | None, workers: in
     )
 
 
-RULE = Rule(name="copy_on_write", kinds=frozenset({"plateau"}), once=frozenset({"plateau"}),
-            judge=judge, reads=(METRIC, "workers.rss", worker_count.COUNT))
+RULE: Rule[RuleInput] = Rule(name=NAME, kinds=frozenset({"plateau"}),
+                             once=frozenset({"plateau"}), judge=judge,
+                             reads=(METRIC, "workers.rss", COUNT))

@@ -20,7 +20,9 @@ from memwatch.analysis.stats.trend import diff_noise, trend_test
 from memwatch.core.findings import Finding, Origin, Severity
 from memwatch.core.units import fmt_bytes
 
-__all__ = ["RULE", "judge"]
+__all__ = ["NAME", "RULE", "judge"]
+
+NAME = "fragmentation"
 
 
 def judge(inp: RuleInput) -> list[Finding]:
@@ -94,14 +96,15 @@ def fragmentation(origin: Origin, *, gap_now: float, gap_rise: float, slope: flo
         "If phases alternate (train/eval), `torch.cuda.empty_cache()` between them returns "
         "unused segments.",
     ]
-    return origin.finding(kind="fragmentation", metric="device.reserved", severity=severity,
-                          message=msg, bytes_per_step=slope, suggestions=sugg,
+    return origin.finding(rule=NAME, kind="fragmentation", metric="device.reserved",
+                          severity=severity, message=msg, bytes_per_step=slope, suggestions=sugg,
                           evidence={"reserved_minus_allocated": gap_now, "rise": gap_rise,
                                     "inactive_split_bytes": split, "alloc_retries": retries,
                                     "reserved": reserved, "total": total,
                                     "alloc_conf": conf or None})
 
 
-RULE = Rule(name="fragmentation", kinds=frozenset({"fragmentation"}), once=frozenset(),
-            judge=judge, reads=("device.reserved", "device.allocated", "device.private_pools",
-                                "device.inactive_split", "device.alloc_retries"))
+RULE: Rule[RuleInput] = Rule(
+    name=NAME, kinds=frozenset({"fragmentation"}), once=frozenset(), judge=judge,
+    reads=("device.reserved", "device.allocated", "device.private_pools",
+           "device.inactive_split", "device.alloc_retries"))

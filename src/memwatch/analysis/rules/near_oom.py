@@ -9,7 +9,9 @@ from memwatch.analysis.rules.words import where
 from memwatch.core.findings import Finding, Origin, Severity
 from memwatch.core.units import fmt_bytes
 
-__all__ = ["METRICS", "RULE", "judge"]
+__all__ = ["METRICS", "NAME", "RULE", "judge"]
+
+NAME = "near_oom"
 
 METRICS = ("device.peak", "device.reserved", "host.rss", "cgroup.working_set")
 
@@ -40,12 +42,13 @@ def near_oom(origin: Origin, metric: str, peak: float, limit: float, margin: flo
         f"limit (within the {margin:.0%} margin): the next larger batch, longer sequence or "
         "evaluation pass may not fit."
     )
-    return origin.finding(kind="near_oom", metric=metric, severity=severity, message=msg,
+    return origin.finding(rule=NAME, kind="near_oom", metric=metric, severity=severity,
+                          message=msg,
                           suggestions=["Lower the batch size or enable activation "
                                        "checkpointing; check the per-step peak (device.peak) "
                                        "rather than the average."],
                           evidence={"peak": peak, "limit": limit, "share": share})
 
 
-RULE = Rule(name="near_oom", kinds=frozenset({"near_oom"}), once=frozenset(), judge=judge,
-            reads=METRICS)
+RULE: Rule[RuleInput] = Rule(name=NAME, kinds=frozenset({"near_oom"}), once=frozenset(),
+                             judge=judge, reads=METRICS)

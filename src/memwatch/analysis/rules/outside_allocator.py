@@ -14,7 +14,9 @@ from memwatch.analysis.stats.held import verdict
 from memwatch.core.findings import Finding
 from memwatch.core.units import fmt_bytes
 
-__all__ = ["METRIC", "RULE", "judge"]
+__all__ = ["METRIC", "NAME", "RULE", "judge"]
+
+NAME = "outside_allocator"
 
 METRIC = "device.outside_allocator"
 
@@ -44,7 +46,8 @@ def judge(inp: RuleInput) -> list[Finding]:
         msg += f" At this rate the device's {fmt_bytes(limit)} are reached in about " \
                f"{steps_to_oom:,.0f} steps."
     return [ctx.origin.finding(
-        kind="leak", metric=METRIC, severity=severity, message=msg, bytes_per_step=slope,
+        rule=NAME, kind="leak", metric=METRIC, severity=severity, message=msg,
+        bytes_per_step=slope,
         steps_to_oom=steps_to_oom,
         seconds_to_oom=None if steps_to_oom is None else steps_to_oom * cur.seconds_per_step,
         culprit="device memory outside the caching allocator (driver, libraries)",
@@ -56,10 +59,10 @@ def judge(inp: RuleInput) -> list[Finding]:
             "Other libraries (cupy, TensorRT, custom extensions) allocating with cudaMalloc: "
             "route them through PyTorch's allocator or free what they allocate.",
         ],
-        evidence={"pattern": "outside_allocator", "floors": [h.floor for h in hist[-6:]],
+        evidence={"floors": [h.floor for h in hist[-6:]],
                   "remaining_steps": remaining_steps(cur, ctx)},
     )]
 
 
-RULE = Rule(name="outside_allocator", kinds=frozenset({"leak"}), once=frozenset({"leak"}),
-            judge=judge, reads=(METRIC, "device.reserved"))
+RULE: Rule[RuleInput] = Rule(name=NAME, kinds=frozenset({"leak"}), once=frozenset({"leak"}),
+                             judge=judge, reads=(METRIC, "device.reserved"))

@@ -1,22 +1,49 @@
 """Cross-rank verdicts (rank 0 of a distributed run): who leaks, who is closest to OOM, whose
 peaks are out of line, who did not answer the epoch-end exchange.
 
-Pure functions of the per-rank summaries that :mod:`memwatch.runtime.exchange` gathers.
+A rule of its own input (:class:`RankInput`): the per-rank summaries that
+:mod:`memwatch.runtime.exchange` gathers at a check, judged by rank 0 after the exchange rather
+than on one process's summaries. Pure: recorded summaries in, findings out.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
 
+from memwatch.analysis.rules.base import Rule
 from memwatch.core.findings import Finding, Origin, Severity
 from memwatch.core.units import fmt_bytes
 
-__all__ = ["cross_rank_findings"]
+__all__ = ["NAME", "RULE", "RankInput", "cross_rank_findings", "judge"]
 
-
+NAME = "ranks"
 _GRAVITY = {"info": 0, "warning": 1, "critical": 2}
+
+
+@dataclasses.dataclass(frozen=True)
+class RankInput:
+    """What rank 0 judges after a check's exchange.
+
+    Attributes:
+        summaries: one summary per rank (``None`` for a rank that did not answer).
+        missing: the ranks the exchange gave up on.
+        timeout_s: how long it waited for them.
+        origin: where this check's findings are born.
+    """
+
+    summaries: Sequence[dict[str, Any] | None]
+    missing: Sequence[int]
+    timeout_s: float
+    origin: Origin = Origin()
+
+
+def judge(inp: RankInput) -> list[Finding]:
+    """Rank 0's verdicts across the ranks of one check."""
+    return cross_rank_findings(inp.summaries, inp.missing, inp.timeout_s, inp.origin)
+
 
 def cross_rank_findings(summaries: Sequence[dict[str, Any] | None], missing: Sequence[int],
                         timeout_s: float, origin: Origin | None = None) -> list[Finding]:
@@ -29,7 +56,7 @@ def cross_rank_findings(summaries: Sequence[dict[str, Any] | None], missing: Seq
     absent = sorted(set(missing) | {i for i, s in enumerate(summaries) if s is None})
     if absent:
         out.append(origin.finding(
-            kind="rank_unresponsive", metric="ranks", severity="warning",
+            rule=NAME, kind="rank_unresponsive", metric="ranks", severity="warning",
             message=(f"Rank(s) {', '.join(map(str, absent))} of {world} did not reach the "
                      f"epoch-end exchange within {timeout_s:.0f} s: dead (an OOM leaves a bundle "
                      "named ...-rank<r>-pid<p> under each rank's out_dir/oom/) or stuck; the "
@@ -63,7 +90,7 @@ def cross_rank_findings(summaries: Sequence[dict[str, Any] | None], missing: Seq
         sev: Severity = max((f["severity"] for f in by_rank.values()),
                             key=lambda v: _GRAVITY.get(v, 1))
         out.append(origin.finding(
-            kind="rank_leak", metric=metric, severity=sev, message=msg,
+            rule=NAME, kind="rank_leak", metric=metric, severity=sev, message=msg,
             bytes_per_step=max((v or 0.0) for v in rates.values()),
             steps_to_oom=worst[1]["steps_to_oom"], culprit=f"rank {worst[0]}: "
             + (worst[1]["culprit"] or "see that rank's findings"),
@@ -89,7 +116,7 @@ def cross_rank_findings(summaries: Sequence[dict[str, Any] | None], missing: Seq
                + (f"; the other ranks peak at {max(others):.0%} at most." if others else "."))
         sev_near: Severity = "critical" if "critical" in sev_by_rank.values() else "warning"
         out.append(origin.finding(
-            kind="rank_near_oom", metric=metric, severity=sev_near, message=msg,
+            rule=NAME, kind="rank_near_oom", metric=metric, severity=sev_near, message=msg,
             suggestions=["Look at what that rank does differently (a larger shard, the logging or "
                          "evaluation done on rank 0 only, uneven sequence lengths); balance it "
                          "or lower the batch size for every rank."],
@@ -108,10 +135,16 @@ def cross_rank_findings(summaries: Sequence[dict[str, Any] | None], missing: Seq
         limit = next((s["limits"].get(metric) for s in alive if s["limits"].get(metric)), None)
         if ratio > 1.2:
             out.append(origin.finding(
-                kind="rank_imbalance", metric=metric, severity="info",
+                rule=NAME, kind="rank_imbalance", metric=metric, severity="info",
                 message=(f"{metric} peaks differ across ranks: rank {hi_r} at {fmt_bytes(hi)}, "
                          f"rank {lo_r} at {fmt_bytes(lo)} ({ratio:.2f}x). The highest rank "
                          "decides when the job runs out of memory."
                          + (f" It is at {hi / limit:.0%} of its limit." if limit else "")),
                 evidence={"peaks": peaks, "imbalance": ratio}, rank=hi_r))
     return out
+
+
+RULE: Rule[RankInput] = Rule(
+    name=NAME,
+    kinds=frozenset({"rank_leak", "rank_near_oom", "rank_imbalance", "rank_unresponsive"}),
+    once=frozenset(), judge=judge, reads=("ranks",))

@@ -1,15 +1,18 @@
 """Wording every rule shares: how a message names a metric, a rate's interval, the units judged,
-and a forecast in words. Each rule's own messages live beside the rule (its module); how a
-culprit reads lives in :mod:`memwatch.analysis.culprits.wording`.
+a forecast in words, and the benign shapes more than one rule says (accumulation, a plateau).
+Each rule's own messages live beside the rule (its module); how a culprit reads lives in
+:mod:`memwatch.analysis.culprits.wording`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from memwatch.analysis.stats.shapes import EpochStats
-from memwatch.core.findings import Severity
+from memwatch.core.findings import Finding, Origin, Severity
 from memwatch.core.units import fmt_bytes, fmt_duration
 
-__all__ = ["ci", "forecast_words", "span", "where"]
+__all__ = ["accumulation", "benign", "ci", "forecast_words", "plateau", "span", "where"]
 
 
 def where(metric: str) -> str:
@@ -58,3 +61,39 @@ def forecast_words(limit: float | None, steps_to_oom: float | None,
              "horizon" if steps_to_oom else "")
     return (f" At this rate {what} is {fmt_duration(seconds_to_oom)} away "
             f"({steps_to_oom:,.0f} steps){after}: not a threat to this run.")
+
+
+# --------------------------------------------------------------------------- benign shapes
+
+def benign(origin: Origin, rule: str, kind: str, metric: str, message: str,
+           **evidence: Any) -> Finding:
+    """A shape that is not a leak: informational, with the figures it was judged on."""
+    return origin.finding(rule=rule, kind=kind, metric=metric, severity="info", message=message,
+                          evidence=evidence)
+
+
+def accumulation(origin: Origin, rule: str, metric: str, cur: EpochStats,
+                 prev: EpochStats | None) -> Finding:
+    """Growth within each epoch, released at its end."""
+    base = prev.floor if prev is not None else cur.lo_start
+    msg = (
+        f"{where(metric)} grows within each epoch (by about {fmt_bytes(cur.growth)}, "
+        f"{fmt_bytes(cur.slope)} per step) and is released at the epoch end: the floor returned "
+        f"to {fmt_bytes(base)}. This is epoch-scoped accumulation (outputs or metrics gathered "
+        "for the epoch), not a leak — but the peak grows with the epoch length."
+    )
+    return origin.finding(rule=rule, kind="accumulation", metric=metric, severity="info",
+                          message=msg, bytes_per_step=cur.slope,
+                          suggestions=["If epochs get longer, reduce what is gathered per step "
+                                       "(`.item()`, `.cpu()`, running sums instead of lists)."],
+                          evidence={"epoch_rise": cur.rise, "floor": cur.floor,
+                                    "peak": cur.peak})
+
+
+def plateau(origin: Origin, rule: str, metric: str, cur: EpochStats) -> Finding:
+    """Growth that levelled off."""
+    late_rate = f"{cur.saturation:.0%} of the early rate"
+    return benign(origin, rule, "plateau", metric, (
+        f"{where(metric)} grew by {fmt_bytes(max(cur.rise, 0))} and levelled off (the late "
+        f"half rises at {late_rate}): a warm-up, a bounded cache filling or allocator pools "
+        "settling. Not a leak."), saturation_ratio=cur.saturation, rise=cur.rise, floor=cur.floor)

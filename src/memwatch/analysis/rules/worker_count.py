@@ -9,41 +9,35 @@ over a unit) to rise at two checks in a row: workers of a non-persistent loader 
 every epoch, and an eval loader's exist only while it runs, so neither moves the floor, whatever
 the sampling caught. The holder is named from the live DataLoaders whose worker processes are
 still running, asked of the evidence port at the check (one pass over the collector's objects,
-only then). Called by :mod:`.workers`, which judges the workers' memory.
+only then). While the count rises, the workers' memory is this rule's to judge: the per-worker
+rules (:mod:`.workers`, :mod:`.copy_on_write`) say nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-
-from memwatch.analysis.context import AnalyzerConfig, CheckContext
-from memwatch.analysis.culprits.evidence import Holder
+from memwatch.analysis.rules.base import Rule, RuleInput
 from memwatch.analysis.stats.forecast import consequence, remaining_steps, steps_to_limit
-from memwatch.analysis.stats.shapes import EpochStats
+from memwatch.analysis.stats.settle import COUNT, count_rising
+from memwatch.analysis.stats.shapes import last_value
 from memwatch.core.findings import Finding
 from memwatch.core.units import fmt_bytes
 
-__all__ = ["judge", "rising"]
+__all__ = ["NAME", "RULE", "judge"]
 
-COUNT = "workers.count"
-
-
-def rising(count: list[EpochStats]) -> bool:
-    """The count's floor rose at each of the last two checks (by a whole worker or more)."""
-    if len(count) < 3:
-        return False
-    f = [h.floor for h in count[-3:]]
-    return f[1] >= f[0] + 1 and f[2] >= f[1] + 1
+NAME = "worker_count"
 
 
-def judge(history: Mapping[str, list[EpochStats]], ctx: CheckContext, cfg: AnalyzerConfig,
-          loaders_with_workers: Callable[[], tuple[int, Holder | None]]) -> Finding | None:
-    """A ``worker_count`` leak when the count's floor rose at each of the last two checks;
-    ``loaders_with_workers`` names who keeps the DataLoaders (asked only then)."""
+def judge(inp: RuleInput) -> list[Finding]:
+    """A ``worker_count`` leak when the count's floor rose at each of the last two checks; the
+    evidence port names who keeps the DataLoaders (asked only then)."""
+    history, ctx, cfg = inp.history, inp.ctx, inp.cfg
+    if ctx.defer_leaks or "workers.uss" not in inp.stats or COUNT not in inp.summary.keys \
+            or not last_value(inp.summary, COUNT):
+        return []
     count = history.get(COUNT, [])
     uss = history.get("workers.uss", [])
-    if not rising(count) or not uss:
-        return None
+    if not count_rising(count) or not uss:
+        return []
     first, cur = count[-3], count[-1]
     steps = sum(h.n_steps for h in count[-3:-1]) or cur.n_steps
     new_workers = cur.floor - first.floor
@@ -57,7 +51,7 @@ def judge(history: Mapping[str, list[EpochStats]], ctx: CheckContext, cfg: Analy
     steps_to_oom = steps_to_limit(limit, peak, slope)
     severity = consequence(steps_to_oom, uss[-1], ctx, cfg)
     seconds = None if steps_to_oom is None else steps_to_oom * uss[-1].seconds_per_step
-    loaders, holder = loaders_with_workers()
+    loaders, holder = inp.evidence.loaders_with_workers()
     where = holder.describe() if holder is not None else None
     culprit = (f"{where} — {loaders} DataLoaders with live workers" if where else
                f"{loaders} DataLoaders with live workers" if loaders else
@@ -75,8 +69,9 @@ def judge(history: Mapping[str, list[EpochStats]], ctx: CheckContext, cfg: Analy
     if steps_to_oom is not None:
         msg += f" At this rate the {fmt_bytes(limit)} limit is reached in about " \
                f"{steps_to_oom:,.0f} steps."
-    return ctx.origin.finding(
-        kind="leak", metric=COUNT, severity=severity, message=msg, bytes_per_step=slope,
+    return [ctx.origin.finding(
+        rule=NAME, kind="leak", metric=COUNT, severity=severity, message=msg,
+        bytes_per_step=slope,
         steps_to_oom=steps_to_oom, seconds_to_oom=seconds, culprit=culprit,
         suggestions=[
             "Build the DataLoader once and reuse it (cache the eval loader: the fix of "
@@ -91,4 +86,8 @@ def judge(history: Mapping[str, list[EpochStats]], ctx: CheckContext, cfg: Analy
                   "uss_floors": [h.floor for h in uss[-6:]], "per_worker_bytes": per_worker,
                   "loaders_with_workers": loaders, "holder": where,
                   "remaining_steps": remaining_steps(uss[-1], ctx)},
-    )
+    )]
+
+
+RULE: Rule[RuleInput] = Rule(name=NAME, kinds=frozenset({"leak"}), once=frozenset(),
+                             judge=judge, reads=(COUNT, "workers.uss"))

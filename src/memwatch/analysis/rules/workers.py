@@ -2,7 +2,8 @@
 
 USS and RSS rising together, held across checks, is each worker accumulating its own state (a
 cache filled in ``__getitem__``). USS rising while RSS stays flat is copy-on-write, not a leak
-(:mod:`.copy_on_write`); more workers rather than bigger ones is :mod:`.worker_count`. The
+(:mod:`.copy_on_write`); more workers rather than bigger ones is :mod:`.worker_count` (while the
+count rises this rule says nothing). The
 statistics start where every worker of a unit was up (:mod:`memwatch.analysis.stats.settle`),
 so a leak in workers that start in epoch 0 is confirmed at the second check after they start,
 unless the second unit grew at less than half the pace of the first (a worker's warm-up levels
@@ -13,41 +14,38 @@ from __future__ import annotations
 
 import math
 
-from memwatch.analysis.rules import worker_count
 from memwatch.analysis.rules.base import Rule, RuleInput
-from memwatch.analysis.rules.leak import accumulation, plateau
-from memwatch.analysis.rules.words import forecast_words, span, where
+from memwatch.analysis.rules.words import accumulation, forecast_words, plateau, span, where
 from memwatch.analysis.stats.forecast import consequence, remaining_steps, steps_to_limit
 from memwatch.analysis.stats.held import verdict
+from memwatch.analysis.stats.settle import COUNT, count_rising
 from memwatch.analysis.stats.shapes import EpochStats, last_value
 from memwatch.core.findings import Finding, Origin, Severity
 from memwatch.core.units import fmt_bytes
 
-__all__ = ["RULE", "judge"]
+__all__ = ["NAME", "RULE", "judge"]
 
+NAME = "workers"
 METRIC = "workers.uss"
 
 
 def judge(inp: RuleInput) -> list[Finding]:
     """The verdict on the DataLoader workers' private memory at this check."""
     metric, summary, history, ctx, cfg = METRIC, inp.summary, inp.history, inp.ctx, inp.cfg
-    if ctx.defer_leaks or metric not in inp.stats or "workers.count" not in summary.keys:
+    if ctx.defer_leaks or metric not in inp.stats or COUNT not in summary.keys:
         return []
     hist = history[metric]
     cur = hist[-1]
     rss_hist = history.get("workers.rss", [])
     rss = rss_hist[-1] if rss_hist and rss_hist[-1].unit == cur.unit else None
-    count = last_value(summary, "workers.count")
-    if not count:
+    count = last_value(summary, COUNT)
+    if not count or count_rising(history.get(COUNT, [])):
+        # More workers, not bigger ones: the worker_count rule's finding (once it names who
+        # keeps the old DataLoaders), never "each worker accumulates its own state".
         return []
-    if worker_count.rising(history.get(worker_count.COUNT, [])):
-        # More workers, not bigger ones: the count's own finding (once it names who keeps the
-        # old DataLoaders), never "each worker accumulates its own state".
-        f = worker_count.judge(history, ctx, cfg, inp.evidence.loaders_with_workers)
-        return [f] if f is not None else []
     # Units in which workers of today were not all up yet are no evidence (their statistics
     # already start where every worker of the unit was up).
-    steady = _steady(hist, history.get(worker_count.COUNT, []))
+    steady = _steady(hist, history.get(COUNT, []))
     v = verdict(steady, cfg) if len(steady) >= 2 else "pending"
     if v == "leak" and len(steady) == 2 and _slowing(steady, cfg.deceleration):
         v = "pending"  # a worker's warm-up levels off: the third unit tells
@@ -65,9 +63,9 @@ def judge(inp: RuleInput) -> list[Finding]:
                             limit_name=ctx.limit_name("host.rss"))]
     if v == "accumulation":
         prev = steady[-2] if len(steady) > 1 else None
-        return [accumulation(ctx.origin, metric, cur, prev)]
+        return [accumulation(ctx.origin, NAME, metric, cur, prev)]
     if cur.shape == "plateau" and not _copying(cur, rss):
-        return [plateau(ctx.origin, metric, cur)]
+        return [plateau(ctx.origin, NAME, metric, cur)]
     return []
 
 
@@ -130,7 +128,8 @@ def worker_leak(origin: Origin, metric: str, stats: list[EpochStats], slope: flo
     ) + forecast_words(limit, steps_to_oom, seconds, severity, remaining, run_known,
                        limit_name)
     return origin.finding(
-        kind="leak", metric=metric, severity=severity, message=msg, bytes_per_step=slope,
+        rule=NAME, kind="leak", metric=metric, severity=severity, message=msg,
+        bytes_per_step=slope,
         steps_to_oom=steps_to_oom, seconds_to_oom=seconds,
         culprit=f"DataLoader worker processes ({workers}): per-worker growth in the Dataset",
         suggestions=[
@@ -145,10 +144,10 @@ def worker_leak(origin: Origin, metric: str, stats: list[EpochStats], slope: flo
     )
 
 
-RULE = Rule(
-    name="workers",
+RULE: Rule[RuleInput] = Rule(
+    name=NAME,
     kinds=frozenset({"leak", "accumulation", "plateau"}),
     once=frozenset({"accumulation", "plateau"}),
     judge=judge,
-    reads=(METRIC, "workers.rss", worker_count.COUNT),
+    reads=(METRIC, "workers.rss", COUNT),
 )

@@ -1,5 +1,6 @@
 """When a unit's DataLoader workers were all up: the part of a unit in which workers were still
-starting is no evidence about them.
+starting is no evidence about them; and whether their number keeps rising from check to check
+(:func:`count_rising`: more workers, not bigger ones).
 
 A worker's own start-up (imports, unpickling the Dataset, its first batches) makes its memory
 rise in any training: judging the workers' series from the start of the unit in which they
@@ -13,9 +14,22 @@ from __future__ import annotations
 
 import numpy as np
 
+from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.timeline import EpochSummary
 
-__all__ = ["copied_since_all_up", "workers_settled_step"]
+__all__ = ["COUNT", "copied_since_all_up", "count_rising", "workers_settled_step"]
+
+#: The number of live DataLoader worker processes.
+COUNT = "workers.count"
+
+
+def count_rising(count: list[EpochStats]) -> bool:
+    """The worker count's floor rose at each of the last two checks (by a whole worker or
+    more): workers that multiply (DataLoaders built again and kept), not workers that grow."""
+    if len(count) < 3:
+        return False
+    f = [h.floor for h in count[-3:]]
+    return f[1] >= f[0] + 1 and f[2] >= f[1] + 1
 
 
 def workers_settled_step(summary: EpochSummary, min_growth: float) -> int | None:

@@ -4,9 +4,9 @@ A *leak* needs the unit judged (an epoch, or the stretch between two checks) to 
 the previous unit's rise to still be held (:func:`memwatch.analysis.stats.held.verdict`). Growth
 released at the unit's end is *accumulation*; growth that levels off is a *plateau*; a single
 jump is a *step change*. On the host, a leak needs live objects that explain it (the census diff,
-through the evidence port); growth they do not explain is *allocator retention*, and growth that
-is mostly pages of mapped files is *mapped_file* (:mod:`.mapped_file`, whose parts of RSS are then
-judged here one by one).
+through the evidence port); growth they do not explain is native memory or *allocator retention*
+(its part :mod:`.native`), and growth that is mostly pages of mapped files is *mapped_file* (its
+part :mod:`.mapped_file`, whose parts of RSS are then judged here one by one).
 
 Judges ``device.allocated`` and ``host.rss`` (and ``workers.uss`` when the worker count is not
 sampled; :mod:`.workers` judges it otherwise).
@@ -16,24 +16,32 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
 
 from memwatch.analysis.context import AnalyzerConfig
 from memwatch.analysis.culprits.evidence import Attribution
-from memwatch.analysis.culprits.traced import traced_explains
 from memwatch.analysis.culprits.wording import culprit_of
-from memwatch.analysis.rules import mapped_file, native
 from memwatch.analysis.rules.base import Rule, RuleInput
-from memwatch.analysis.rules.words import ci, forecast_words, span, where
+from memwatch.analysis.rules.leak import mapped_file, native
+from memwatch.analysis.rules.words import (
+    accumulation,
+    benign,
+    ci,
+    forecast_words,
+    plateau,
+    span,
+    where,
+)
 from memwatch.analysis.stats.forecast import consequence, forecast, remaining_steps
 from memwatch.analysis.stats.held import verdict, worth_reporting
 from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.core.findings import Finding, Origin, Severity
 from memwatch.core.units import fmt_bytes
 
-__all__ = ["RULE", "judge"]
+__all__ = ["NAME", "RULE", "judge"]
 
 log = logging.getLogger("memwatch")
+
+NAME = "leak"
 
 #: The metrics this rule judges for leaks (``workers.uss`` only without a worker count).
 METRICS = ("device.allocated", "host.rss", "workers.uss")
@@ -76,13 +84,11 @@ def judge_metric(inp: RuleInput, metric: str,
                 # library code pages faulted in by the first steps are file-backed too, and
                 # must not delay a leak the census has evidence for.
                 f = _leak_finding(inp, metric, hist, history)
-                if f is not None and f.kind == "leak" and f.culprit and \
-                        f.evidence.get("pattern") not in native.PATTERNS:
+                if f is not None and f.kind == "leak" and f.culprit and f.rule == NAME:
                     out = [f]  # live objects named: not memory outside them
             return [found, *out]
-    trace = ctx.trace if metric.startswith("host.") else None  # tracemalloc sees the host only
     if v == "leak" and metric.startswith("host.") and inp.pair is None and \
-            ctx.census != "never" and not traced_explains(trace, cfg):
+            ctx.census != "never" and not inp.traced_explains(metric):
         # Host growth without a census at two checks: live objects cannot be asked yet (this
         # check's census was just taken; the next check names the holder). The C allocator's
         # in-use bytes growing with RSS already tell memory handed out and kept from memory the
@@ -99,10 +105,10 @@ def judge_metric(inp: RuleInput, metric: str,
         f = _leak_finding(inp, metric, hist, history)
         return [f] if f is not None else []
     if v == "accumulation":
-        return [accumulation(ctx.origin, metric, cur, prev)]
+        return [accumulation(ctx.origin, NAME, metric, cur, prev)]
     if (cur.shape == "plateau" or v == "decelerating") and \
             worth_reporting(cur, max(cur.rise, cur.growth), cfg):
-        return [plateau(ctx.origin, metric, cur)]
+        return [plateau(ctx.origin, NAME, metric, cur)]
     if cur.shape == "step" and len(hist) > 1 and worth_reporting(cur, cur.step_height, cfg):
         # (a jump in the first unit is warm-up: optimizer state, lazy initialisation)
         return [step_change(ctx.origin, metric, cur)]
@@ -267,45 +273,14 @@ def _message(*, origin: Origin, metric: str, stats: list[EpochStats], slope: flo
         **attribution.evidence(),
         "remaining_steps": remaining,
     }
-    return origin.finding(kind="leak", metric=metric, severity=severity, message=msg,
+    return origin.finding(rule=NAME, kind="leak", metric=metric, severity=severity, message=msg,
                           bytes_per_step=slope, steps_to_oom=steps_to_oom,
                           seconds_to_oom=seconds_to_oom, culprit=culprit,
                           suggestions=suggestions, evidence=evidence)
 
 
-def accumulation(origin: Origin, metric: str, cur: EpochStats,
-                 prev: EpochStats | None) -> Finding:
-    base = prev.floor if prev is not None else cur.lo_start
-    msg = (
-        f"{where(metric)} grows within each epoch (by about {fmt_bytes(cur.growth)}, "
-        f"{fmt_bytes(cur.slope)} per step) and is released at the epoch end: the floor returned "
-        f"to {fmt_bytes(base)}. This is epoch-scoped accumulation (outputs or metrics gathered "
-        "for the epoch), not a leak — but the peak grows with the epoch length."
-    )
-    return origin.finding(kind="accumulation", metric=metric, severity="info", message=msg,
-                          bytes_per_step=cur.slope,
-                          suggestions=["If epochs get longer, reduce what is gathered per step "
-                                       "(`.item()`, `.cpu()`, running sums instead of lists)."],
-                          evidence={"epoch_rise": cur.rise, "floor": cur.floor,
-                                    "peak": cur.peak})
-
-
-def _benign(origin: Origin, kind: str, metric: str, message: str, **evidence: Any) -> Finding:
-    """A shape that is not a leak: informational, with the figures it was judged on."""
-    return origin.finding(kind=kind, metric=metric, severity="info", message=message,
-                          evidence=evidence)
-
-
-def plateau(origin: Origin, metric: str, cur: EpochStats) -> Finding:
-    late_rate = f"{cur.saturation:.0%} of the early rate"
-    return _benign(origin, "plateau", metric, (
-        f"{where(metric)} grew by {fmt_bytes(max(cur.rise, 0))} and levelled off (the late "
-        f"half rises at {late_rate}): a warm-up, a bounded cache filling or allocator pools "
-        "settling. Not a leak."), saturation_ratio=cur.saturation, rise=cur.rise, floor=cur.floor)
-
-
 def step_change(origin: Origin, metric: str, cur: EpochStats) -> Finding:
-    return _benign(origin, "step_change", metric, (
+    return benign(origin, NAME, "step_change", metric, (
         f"{where(metric)} jumped once by {fmt_bytes(cur.step_height)} around step "
         f"{cur.step_at} and stayed flat before and after: a buffer allocated once (optimizer "
         "state, a cache sized at first use). Not a leak unless it repeats."),
@@ -313,7 +288,7 @@ def step_change(origin: Origin, metric: str, cur: EpochStats) -> Finding:
 
 
 def held_step(origin: Origin, metric: str, hist: list[EpochStats], stair: float) -> Finding:
-    return _benign(origin, "step_change", metric, (
+    return benign(origin, NAME, "step_change", metric, (
         f"{where(metric)} rose once by {fmt_bytes(stair)} between two checks "
         f"({fmt_bytes(hist[-3].floor)} → {fmt_bytes(hist[-2].floor)}) and has stayed flat "
         "since: memory taken once and held, such as an evaluation's outputs kept until the next "
@@ -341,7 +316,7 @@ def held_optimizer_state(origin: Origin, metric: str, hist: list[EpochStats],
     h = a.holder
     assert h is not None
     grew = a.chosen.bytes if a.chosen is not None else 0.0
-    return _benign(origin, "step_change", metric, (
+    return benign(origin, NAME, "step_change", metric, (
         f"{where(metric)} rose by {fmt_bytes(hist[-1].floor - hist[0].floor)} {span(hist)}; "
         f"what live objects gained is held by an optimizer's per-parameter state "
         f"(`{h.path}`, +{fmt_bytes(grew)}), which torch.optim creates at each parameter's "
@@ -352,11 +327,12 @@ def held_optimizer_state(origin: Origin, metric: str, hist: list[EpochStats],
         culprit_bytes=grew, floors=[x.floor for x in hist[-3:]])
 
 
-RULE = Rule(
-    name="leak",
+RULE: Rule[RuleInput] = Rule(
+    name=NAME,
     kinds=frozenset({"leak", "accumulation", "plateau", "step_change", "allocator_retention",
                      "mapped_file"}),
     once=frozenset({"accumulation", "plateau", "mapped_file"}),
     judge=judge,
     reads=METRICS,
+    parts=(mapped_file.PART, native.PART),
 )

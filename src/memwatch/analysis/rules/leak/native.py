@@ -2,7 +2,9 @@
 memory? The C allocator's own figures decide (glibc ``mallinfo2``, read in the background as
 ``host.malloc_in_use`` and ``host.malloc_free``: :mod:`memwatch.probes.malloc`).
 
-Called by :mod:`.leak` when a host leak verdict's census explains too little of the growth:
+A part of the leak rule (:mod:`.rule` runs it), when a host leak verdict's census explains too
+little of the growth; its findings name it (``Finding.rule == "native"``) and say which of these
+it is in ``evidence["pattern"]`` (a ``leak``'s variant, as ``docs/findings.md`` lists them):
 
 * **native memory** — the allocator's in-use bytes grew with RSS (at least half of it): memory
   handed out and not freed, by code no census sees (a C/C++ extension, a compiled or traced
@@ -28,17 +30,18 @@ from collections.abc import Mapping
 
 from memwatch.analysis.context import AnalyzerConfig
 from memwatch.analysis.culprits.evidence import Attribution
+from memwatch.analysis.rules.base import SubRule
 from memwatch.analysis.rules.words import forecast_words, span, where
 from memwatch.analysis.stats.held import verdict
 from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.core.findings import Finding, Origin, Severity
 from memwatch.core.units import fmt_bytes
 
-__all__ = ["IN_USE", "PATTERNS", "HeapGrowth", "heap_growth", "in_use_held",
+__all__ = ["IN_USE", "PART", "HeapGrowth", "heap_growth", "in_use_held", "in_use_leak",
            "native_or_retention"]
 
-#: The patterns of this module's findings: growth that no live object explains.
-PATTERNS = frozenset({"native_memory", "allocator_retention", "unexplained"})
+#: This part of the leak rule, as its findings name it.
+PART = SubRule(name="native", kinds=frozenset({"leak", "allocator_retention"}))
 
 IN_USE = "host.malloc_in_use"
 FREE = "host.malloc_free"
@@ -138,7 +141,7 @@ def native_or_retention(*, origin: Origin, metric: str, units: list[EpochStats],
                "(a C/C++ extension, a compiled or traced module registry, an autograd graph "
                "kept by a reference cycle through C++, a library's own cache)." + forecast)
         return origin.finding(
-            kind="leak", severity=severity, message=msg,
+            rule=PART.name, kind="leak", severity=severity, message=msg,
             culprit="native memory: the C allocator's in-use bytes grow, no Python object "
                     "holds them",
             suggestions=[
@@ -163,7 +166,7 @@ def native_or_retention(*, origin: Origin, metric: str, units: list[EpochStats],
                "fragment under many threads and mixed allocation sizes); no code of yours "
                "holds it." + forecast)
         return origin.finding(
-            kind="allocator_retention", severity=severity, message=msg,
+            rule=PART.name, kind="allocator_retention", severity=severity, message=msg,
             suggestions=[
                 "Limit glibc arenas: `MALLOC_ARENA_MAX=2` in the environment.",
                 "Return free memory to the OS at epoch ends: "
@@ -171,7 +174,7 @@ def native_or_retention(*, origin: Origin, metric: str, units: list[EpochStats],
                 "Use jemalloc or tcmalloc (`LD_PRELOAD=libjemalloc.so.2`), which fragment "
                 "less.",
             ],
-            evidence={"pattern": "allocator_retention", **ev}, **common)
+            evidence=ev, **common)
     if heap is not None:
         seen = (f" Neither the C allocator's in-use bytes ({fmt_bytes(heap.in_use)}) nor its "
                 f"free bytes ({fmt_bytes(heap.free or 0)}) grew as much: the memory is outside "
@@ -184,7 +187,7 @@ def native_or_retention(*, origin: Origin, metric: str, units: list[EpochStats],
     msg = f"{where(metric)} grows by {fmt_bytes(slope)} per step and {explained}." + seen + \
         forecast
     return origin.finding(
-        kind="leak", severity=severity, message=msg,
+        rule=PART.name, kind="leak", severity=severity, message=msg,
         culprit="memory outside Python objects: native code or the allocator (undecided)",
         suggestions=[
             "Run with `MemWatch(tracemalloc=True)` for an epoch or two: if traced Python "
@@ -209,8 +212,9 @@ def in_use_leak(*, origin: Origin, metric: str, units: list[EpochStats], slope: 
            forecast_words(limit, steps_to_oom, seconds_to_oom, severity, remaining, run_known,
                           limit_name))
     return origin.finding(
-        kind="leak", metric=metric, severity=severity, message=msg, bytes_per_step=slope,
-        steps_to_oom=steps_to_oom, seconds_to_oom=seconds_to_oom, culprit=None,
+        rule=PART.name, kind="leak", metric=metric, severity=severity, message=msg,
+        bytes_per_step=slope, steps_to_oom=steps_to_oom, seconds_to_oom=seconds_to_oom,
+        culprit=None,
         suggestions=["Wait for the next check: it names the container or object that grows.",
                      "To name it now, run with `MemWatch(tracemalloc=True)`: traced Python "
                      "allocations are named by the line that made them."],

@@ -7,8 +7,8 @@ needed. RSS then grows steadily while anonymous memory is flat, which the leak r
 leak or allocator retention. The host probe's background read of ``/proc/self/status`` splits
 RSS into ``host.rss_anon``, ``host.rss_file`` and ``host.rss_shmem``; when file-backed pages are
 most of a ``host.rss`` growth the leak rule judged, this module says so (``mapped_file``, info),
-and :mod:`.leak` judges the anonymous and shared-memory parts on their own, so a real leak beside
-a mapped file is still reported.
+and the leak rule (:mod:`.rule`, which runs this part) judges the anonymous and shared-memory
+parts on their own, so a real leak beside a mapped file is still reported.
 """
 
 from __future__ import annotations
@@ -17,11 +17,16 @@ import dataclasses
 from collections.abc import Callable, Mapping
 
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
+from memwatch.analysis.rules.base import SubRule
 from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.core.findings import Finding
 from memwatch.core.units import fmt_bytes
 
-__all__ = ["FILE", "PARTS", "RssSplitGrowth", "judge_growth", "parts_history", "split_growth"]
+__all__ = ["FILE", "PART", "PARTS", "RssSplitGrowth", "judge_growth", "parts_history",
+           "split_growth"]
+
+#: This part of the leak rule, as its findings name it.
+PART = SubRule(name="mapped_file", kinds=frozenset({"mapped_file"}))
 
 #: File-backed resident pages (``RssFile``).
 FILE = "host.rss_file"
@@ -159,7 +164,7 @@ def _finding(ctx: CheckContext, g: RssSplitGrowth, files: list[tuple[str, float]
             f"{_short_path(p)} ({fmt_bytes(b)} resident)" for p, b in files[:3]
             if b >= 0.1 * files[0][1])
     return ctx.origin.finding(
-        kind="mapped_file", metric="host.rss", severity="info", message=msg,
+        rule=PART.name, kind="mapped_file", metric="host.rss", severity="info", message=msg,
         bytes_per_step=g.file / g.steps if g.steps > 0 else None, culprit=culprit,
         suggestions=[
             "Usually nothing: these pages are reclaimable page cache, and a mapped dataset "
@@ -173,7 +178,6 @@ def _finding(ctx: CheckContext, g: RssSplitGrowth, files: list[tuple[str, float]
             "`np.fromfile(path, dtype, count=..., offset=...)` instead of mapping the file.",
         ],
         evidence={
-            "pattern": "mapped_file",
             "units": list(g.units),
             "rss_growth_bytes": g.rss,
             "file_growth_bytes": g.file,
