@@ -268,6 +268,9 @@ SESSION_OWNERS = {
     "memwatch.session.runtime": ("_runtime", "runtime"),
     "memwatch.session.scheduler": ("_scheduler", "scheduler"),
     "memwatch.session.checkpoint": ("_checkpoints", "checkpoints"),
+    "memwatch.session.faults": ("_faults", "faults"),
+    "memwatch.session.thread": ("_training_thread",),
+    "memwatch.session.plan": ("_run_plan",),
 }
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from memwatch._version import __version__
 from memwatch.bundle import blackbox as fmt
+from memwatch.bundle.paths import OutputPaths
 from memwatch.core.protocols import SessionView
 from memwatch.core.redact import redact_obj
 from memwatch.core.safefs import ensure_dir, modes, open_dir, write_atomic
@@ -52,12 +53,12 @@ def _finite(d: dict[str, float]) -> dict[str, float]:
 class BlackBox:
     """Keeps the record of one watched process up to date on disk (see the module doc)."""
 
-    def __init__(self, view: SessionView, out_dir: str, every_s: float = 5.0,
+    def __init__(self, view: SessionView, paths: OutputPaths, every_s: float = 5.0,
                  keep: int = 120, share: str = "private") -> None:
         self.view = view
-        self.out_dir = out_dir
+        self.paths = paths
         self.share = modes(share).share
-        self.path = fmt.record_path(out_dir)
+        self.path = fmt.record_path(paths.root)
         self._dir_fd = -1
         self.every_s = every_s
         self._snapshots: collections.deque[dict[str, Any]] = collections.deque(maxlen=keep)
@@ -77,12 +78,12 @@ class BlackBox:
             "schema": fmt.SCHEMA, "kind": "memwatch-blackbox", "memwatch": __version__,
             "host": socket.gethostname(), "pid": self._pid,
             "proc_start": fmt.process_start(self._pid), "boot_id": fmt.boot_id(),
-            "started_unix": time.time(), "out_dir": str(self.view.out_dir),
+            "started_unix": time.time(), "out_dir": self.paths.given,
             "rank": dict(self.view.rank), "job": dict(self.view.job or {}),
         })
         # The record's directory is held by a descriptor: swapping blackbox/ (or a parent) for
         # a symlink later changes nothing.
-        out_fd = open_dir(self.out_dir, create=True, share=self.share, nofollow=False)
+        out_fd = open_dir(str(self.paths.root), create=True, share=self.share, nofollow=False)
         try:
             self._dir_fd = ensure_dir(out_fd, fmt.BLACKBOX_SUBDIR, self.share)
         finally:
@@ -150,13 +151,14 @@ class BlackBox:
                 os.close(fd)
 
 
-def report_previous(out_dir: str, share: str = "private") -> list[dict[str, Any]]:
-    """Report, once, every run in ``out_dir`` that ended without a clean close: a warning each,
-    and the record moved to ``blackbox/ended/``. Returns their records (with ``end``)."""
+def report_previous(paths: OutputPaths, share: str = "private") -> list[dict[str, Any]]:
+    """Report, once, every run in the ``out_dir`` of ``paths`` that ended without a clean
+    close: a warning each, and the record moved to ``blackbox/ended/``. Returns their records
+    (with ``end``)."""
     reported = []
     with contextlib.suppress(OSError):
-        fmt.clean_parts(out_dir)
-    for path, doc in fmt.find_records(out_dir, ended=False):
+        fmt.clean_parts(paths.root)
+    for path, doc in fmt.find_records(paths.root, ended=False):
         if doc.get("pid") == os.getpid() and doc.get("host") == socket.gethostname():
             continue
         end = fmt.judge(doc)
@@ -168,6 +170,6 @@ def report_previous(out_dir: str, share: str = "private") -> list[dict[str, Any]
             log.debug("memwatch: could not move %s (%s)", path, e)
             dest = path
         log.warning("memwatch: previous run in %s: %s (%s); its last record: %s",
-                    out_dir, fmt.summary_line(doc, end), end["why"], dest)
+                    paths.given, fmt.summary_line(doc, end), end["why"], dest)
         reported.append({**doc, "end": end, "path": str(dest)})
     return reported

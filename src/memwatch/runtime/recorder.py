@@ -98,9 +98,11 @@ class FlightRecorder:
             hands it to its sinks); must not raise.
         render_report: renders ``report.html`` (None: no report in bundles).
         ranks: returns ``ranks.json``'s content (rank 0 of a distributed run) or None.
+        oom_dir: where bundles go (``<out_dir>/oom``, resolved once by the session:
+            :class:`memwatch.bundle.paths.OutputPaths`).
     """
 
-    def __init__(self, config: RecorderConfig, view: SessionView, *,
+    def __init__(self, config: RecorderConfig, view: SessionView, *, oom_dir: Path,
                  on_bundle: Callable[[Path, dict[str, Any]], None] | None = None,
                  render_report: ReportRenderer | None = None,
                  ranks: Callable[[], dict[str, Any] | None] | None = None) -> None:
@@ -109,7 +111,7 @@ class FlightRecorder:
         self._on_bundle = on_bundle
         self._render_report = render_report
         self._ranks = ranks
-        self.oom_root = Path(view.out_dir).absolute() / "oom"  # immune to a later chdir
+        self.oom_root = oom_dir
         self.bundles: list[Path] = []
         #: Names this recorder's bundles in their manifests: retention deletes only those.
         self.run_id = secrets.token_hex(8)

@@ -1,32 +1,33 @@
 """Checks: where a session turns its samples into verdicts.
 
 :class:`Checker` owns the analyzer, the allocation tracer (``tracemalloc=``), the cross-rank
-exchange and the findings so far, and runs every check: at an epoch end, every
+exchange and the findings so far, and runs the verdicts of every check: at an epoch end, every
 ``check_every_n_steps`` steps and every ``check_every_s`` seconds. A check builds the
 :class:`memwatch.analysis.CheckContext` the analyzer is told (the analyzer never reads the
-session), asks for the verdicts, exchanges per-rank summaries, hands the new findings to the
-watchdog and one :class:`memwatch.core.protocols.CheckReport` to the sinks, refreshes the slow
-readings and tells the scheduler. Every finding is born here complete
-(:class:`memwatch.core.findings.Origin`).
+session), asks for the verdicts, exchanges per-rank summaries and returns one
+:class:`memwatch.core.protocols.CheckReport`, which the session hands on (the watchdog, the
+sinks, the console, the schedule). Every finding is born here complete
+(:class:`memwatch.core.findings.Origin`). What memwatch's own work at a check leaves in the
+process (:meth:`Checker.own_work`) is measured here too: the next verdicts judge the run without
+it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from memwatch.analysis.context import CheckContext
 from memwatch.core.costs import Costs
 from memwatch.core.findings import Finding, Origin
 from memwatch.core.protocols import CheckReport, SessionView
-from memwatch.runtime.dispatch import SinkSet
-from memwatch.runtime.warn import FindingWarner
 from memwatch.session.config import WatchConfig
-from memwatch.session.runtime import Runtime
+from memwatch.session.faults import Faults
+from memwatch.session.plan import RunPlan
 from memwatch.session.sampling import Sampling
-from memwatch.session.scheduler import Scheduler
 from memwatch.timeline import EpochSummary
 
 log = logging.getLogger("memwatch")
@@ -52,23 +53,16 @@ class Checker:
             figures twice. rank_last_seen: each rank's latest summary ever received.
     """
 
-    def __init__(self, config: WatchConfig, view: SessionView,
-                 disabled: Callable[[str], bool],
-                 disable: Callable[[str, BaseException], None], *, sinks: SinkSet,
-                 runtime: Runtime, sampling: Sampling, scheduler: Scheduler,
-                 costs: Costs | None = None) -> None:
+    def __init__(self, config: WatchConfig, view: SessionView, faults: Faults,
+                 sampling: Sampling, plan: RunPlan, costs: Costs | None = None) -> None:
         from memwatch.runtime.exchange import rank_info
 
         self._config = config
         self._view = view
-        self._disabled = disabled
-        self._disable = disable
-        self._sinks = sinks
-        self._runtime = runtime
+        self._faults = faults
         self._sampling = sampling
-        self._scheduler = scheduler
+        self._plan = plan
         self._costs = costs if costs is not None else Costs()
-        self._warner = FindingWarner()
         self.analyzer: Any = None
         self.findings: list[Finding] = []
         self.checks = 0
@@ -103,7 +97,7 @@ class Checker:
             self.analyzer = Analyzer(self._config.analyzer_config,
                                      evidence=LiveEvidence(self._costs))
         except Exception as e:  # noqa: BLE001
-            self._disable("analyzer", e)
+            self._faults.disable("analyzer", e)
 
     def use_analyzer(self, analyzer: Any) -> None:
         """Judge with ``analyzer`` from now on (None: no verdicts)."""
@@ -127,7 +121,7 @@ class Checker:
             self.exchange = RankExchange(dist, float(self._config.exchange_timeout_s), self.job)
             self.job = self.exchange.job
         except Exception as e:  # noqa: BLE001
-            self._disable("rank exchange", e)
+            self._faults.disable("rank exchange", e)
 
     def _start_tracer(self) -> None:
         if self.analyzer is None:
@@ -141,12 +135,12 @@ class Checker:
             self.tracer = AllocationTracer(self._config.tracemalloc_frames).start()
         except Exception as e:  # noqa: BLE001
             self.tracer = None
-            self._disable("tracemalloc", e)
+            self._faults.disable("tracemalloc", e)
 
     def stop_tracer(self, exc: BaseException | None = None) -> None:
         tracer, self.tracer = self.tracer, None
         if exc is not None:
-            self._disable("tracemalloc", exc)
+            self._faults.disable("tracemalloc", exc)
         if tracer is None:
             return
         try:
@@ -163,49 +157,37 @@ class Checker:
             after_fork_in_child()
 
     def close(self) -> None:
-        self._warner.flush()
         if self.exchange is not None:
             self.exchange.close()
         if self.tracer is not None:
             self.stop_tracer()
 
     # ------------------------------------------------------------------ checks
-    def step_check(self, step: int) -> None:
-        """The step-based check (every ``check_every_n_steps``): every rank is at this step,
-        so ranks exchange their summaries."""
-        self.interval_check(aligned=True)
-
-    def time_check(self, step: int) -> None:
-        """The time-based check (every ``check_every_s``): clocks of ranks differ, so no
-        exchange."""
-        self.interval_check(aligned=False)
-
-    def interval_check(self, aligned: bool) -> list[Finding]:
-        """A check inside the epoch: judge the segment since the previous check (and the epoch
-        so far, once an epoch ended); :meth:`check` warns about what it finds (``step()``
-        returns nothing)."""
+    def interval_summary(self) -> tuple[EpochSummary, EpochSummary | None] | None:
+        """What a check inside the epoch judges: the segment since the previous check and,
+        once an epoch ended, the epoch so far; None when there is nothing to judge (no
+        analyzer, an empty segment)."""
         tl = self._sampling.timeline
-        if tl is None or self.analyzer is None or self._disabled("analyzer"):
-            return []
+        if tl is None or self.analyzer is None or "analyzer" in self._faults:
+            return None
         try:
             summary = tl.end_segment()
             partial = tl.epoch_so_far() if tl.epochs else None
         except Exception as e:  # noqa: BLE001
-            self._disable("segment summary", e)
-            return []
-        if summary is None:
-            return []
-        return self.check(summary, "interval", self._view.epoch, partial=partial,
-                          exchange=aligned)
+            self._faults.disable("segment summary", e)
+            return None
+        return None if summary is None else (summary, partial)
 
-    def check(self, summary: EpochSummary | None, at: str, epoch: int,
-              partial: EpochSummary | None = None, exchange: bool = True) -> list[Finding]:
-        """One check of ``summary``: the verdicts, the watchdog, the sinks; the new findings."""
+    @contextmanager
+    def own_work(self) -> Iterator[None]:
+        """Measure what memwatch's own work inside (a check and what it hands on: a census, a
+        snapshot, the verdicts, the sinks' reports) leaves in this process: the next units are
+        judged without it, and its time counts as the ``verdicts`` cost."""
         t0, before = time.perf_counter(), self._inside()
         c0, before_cpu = time.thread_time(), self._inside(self._costs.cpu)
         rss0, free0, used0 = self._sampling.footprint()
         try:
-            return self._check(summary, at, epoch, partial, exchange)
+            yield
         finally:
             rss1, free1, used1 = self._sampling.footprint()
             if used0 is not None and used1 is not None:
@@ -235,69 +217,51 @@ class Checker:
         s = self._costs.seconds if by_part is None else by_part
         return s.get("census", 0.0) + s.get("attribution", 0.0) + s.get("tracemalloc", 0.0)
 
-    def _check(self, summary: EpochSummary | None, at: str, epoch: int,
-               partial: EpochSummary | None, exchange: bool) -> list[Finding]:
-        defer = at == "interval" and self._defer_leaks()
-        new = self.judge(summary, at, epoch, partial=partial, defer_leaks=defer,
-                         device_snapshot=self._device_snapshot(), exchange=exchange)
-        self._runtime.on_findings(new)
-        if self._sinks and summary is not None:
-            self._sinks.check(CheckReport(
-                stage=self._config.stage, epoch=summary.epoch, step=self._view.step_count,
-                check=self.checks - 1, at=at, findings=tuple(new), summary=summary,
-                rank_summaries=tuple(self.rank_summaries)))
-        if self._config.warn:
-            # Once each: inside an epoch (step() returns nothing) a threat is a MemWatchWarning;
-            # every new leak verdict, whatever its severity, at least a one-line notice.
-            self._warner.tell(new, warn=at == "interval", at=at)
-            self._warner.end_check(at, self._config.stage)
-        self._sampling.refresh_slow()
-        self._scheduler.checked(self._view.step_count, time.monotonic())
-        return new
-
-    def _defer_leaks(self) -> bool:
-        """In the first epoch of a run planned to have more, only its end tells a leak from
-        epoch-scoped accumulation: checks inside it leave those verdicts to the epoch end."""
-        spe, total = self._view.steps_per_epoch, self._view.total_steps
+    def check(self, summary: EpochSummary | None, at: str, epoch: int,
+              partial: EpochSummary | None = None, exchange: bool = True,
+              device_snapshot: Callable[[], Any] | None = None) -> CheckReport:
+        """One check of ``summary`` (``at``: ``"epoch_end"`` or ``"interval"``): its verdicts
+        and, when ``exchange``, rank 0's across ranks; the report the session hands on.
+        ``device_snapshot``: the device allocator's snapshot, when its history is recorded."""
         tl = self._sampling.timeline
-        if not spe or (tl is not None and tl.epochs):
-            return False
-        return total is None or total > 1.5 * spe
-
-    def _device_snapshot(self) -> Any:
-        """The device's allocator snapshot reader, when its history is being recorded."""
-        dev = self._sampling.device
-        if dev is None or not self._runtime.history_recording:
-            return None
-        return getattr(dev, "snapshot", None)
+        defer = at == "interval" and self._plan.defer_leaks(bool(tl is not None and tl.epochs))
+        origin = self.origin(summary, epoch)
+        new = self.judge(summary, at, origin, partial=partial, defer_leaks=defer,
+                         device_snapshot=device_snapshot, exchange=exchange)
+        return CheckReport(
+            stage=self._config.stage,
+            epoch=summary.epoch if summary is not None else int(origin.epoch or 0),
+            step=self._sampling.step_count, check=self.checks - 1, at=at, findings=tuple(new),
+            summary=summary, rank_summaries=tuple(self.rank_summaries))
 
     # ------------------------------------------------------------------ a check's verdicts
     def origin(self, summary: EpochSummary | None, epoch: int) -> Origin:
         """Where this check's findings are born."""
         world = self.rank.get("world_size", 1)
         return Origin(epoch=summary.epoch if summary is not None else max(epoch - 1, 0),
-                      step=summary.end_step if summary is not None else self._view.step_count,
+                      step=summary.end_step if summary is not None else
+                      self._sampling.step_count,
                       rank=self.rank.get("rank", 0) if world > 1 else None,
                       stage=self._config.stage, check=self.checks)
 
-    def judge(self, summary: EpochSummary | None, at: str, epoch: int, *,
+    def judge(self, summary: EpochSummary | None, at: str, origin: Origin, *,
               partial: EpochSummary | None = None, defer_leaks: bool = False,
               device_snapshot: Any = None, exchange: bool = True) -> list[Finding]:
         """One check: the verdicts on ``summary`` (and, when ``exchange``, rank 0's verdicts
         across ranks); the new findings, also kept in :attr:`findings`."""
-        origin = self.origin(summary, epoch)
         self.checks += 1
         trace = None
         own_before, churn_before, used_before = self.own_rss, self.own_churn, self.own_in_use
         if summary is not None and self.tracer is not None:
             try:  # before the analyzer, which reads the diff (keyed by the check)
                 with self._costs.timed("tracemalloc"):
-                    trace = self.tracer.epoch_end(origin.check, self._view.step_count,
-                                                  self._view.latest().get("host.rss"))
+                    trace = self.tracer.epoch_end(origin.check, self._sampling.step_count,
+                                                  self._sampling.latest().get("host.rss"))
             except Exception as e:  # noqa: BLE001
                 self.stop_tracer(e)
         new: list[Finding] = []
-        if summary is not None and self.analyzer is not None and not self._disabled("analyzer"):
+        if summary is not None and self.analyzer is not None and \
+                "analyzer" not in self._faults:
             tracer = self.tracer
             ctx = self.context(origin, at, partial=partial, trace=trace, defer_leaks=defer_leaks,
                                device_snapshot=device_snapshot,
@@ -319,16 +283,15 @@ class Checker:
                 own_growth: float = 0.0, own_churn: float = 0.0,
                 own_in_use: float = 0.0) -> CheckContext:
         """What the analyzer is told at this check (it never reads the session)."""
-        view = self._view
         binding = self._sampling.binding()
         return CheckContext(
             origin=origin, at=at, partial=partial,
             limits={m: b for m, (b, _) in binding.items()},
             limit_names={m: name for m, (_, name) in binding.items()},
-            total_steps=view.total_steps,
-            steps_done=view.step_count if steps_done is None else steps_done,
+            total_steps=self._plan.total_steps,
+            steps_done=self._sampling.step_count if steps_done is None else steps_done,
             horizon_s=self._config.horizon_s, defer_leaks=defer_leaks,
-            device_kind=getattr(view.device, "kind", "cuda") or "cuda",
+            device_kind=getattr(self._sampling.device, "kind", "cuda") or "cuda",
             census=census or self._config.census, trace=trace, tracing=tracing,
             collected=collected, device_snapshot=device_snapshot, budget=self._costs.allows,
             own_growth=own_growth, own_churn=own_churn, own_in_use=own_in_use)
@@ -347,7 +310,7 @@ class Checker:
         try:
             return list(self.analyzer.check(summary, ctx))
         except Exception as e:  # noqa: BLE001
-            self._disable("analyzer", e)
+            self._faults.disable("analyzer", e)
             return []
         finally:
             if rss0 is not None and tracer is not None:
@@ -360,10 +323,10 @@ class Checker:
     def _exchange_ranks(self, new: list[Finding], summary: EpochSummary | None,
                         origin: Origin) -> list[Finding]:
         ex = self.exchange
-        if ex is None or self._disabled("rank exchange"):
+        if ex is None or "rank exchange" in self._faults:
             return []
         try:
-            from memwatch.analysis.rules.ranks import cross_rank_findings
+            from memwatch.analysis.rules import ACROSS_RANKS, RankInput
             from memwatch.runtime.exchange import rank_payload
 
             self.rank_summaries = []
@@ -373,17 +336,26 @@ class Checker:
                 last = self.rank_last_seen + [None] * (len(got) - len(self.rank_last_seen))
                 self.rank_last_seen = [g if g is not None else prev
                                        for g, prev in zip(got, last[:len(got)], strict=True)]
-                return cross_rank_findings(got, ex.missing, self._config.exchange_timeout_s,
-                                           origin)
+                return ACROSS_RANKS.judge(RankInput(got, ex.missing,
+                                                    self._config.exchange_timeout_s, origin))
         except Exception as e:  # noqa: BLE001
-            self._disable("rank exchange", e)
+            self._faults.disable("rank exchange", e)
         return []
+
+    def ranks_doc(self) -> dict[str, Any] | None:
+        """What a bundle says of the job's ranks (``ranks.json``): each rank's latest summary,
+        the ranks that did not answer, an exchange that broke."""
+        from memwatch.bundle.documents import ranks_doc
+
+        ex = self.exchange
+        return ranks_doc(self.rank_last_seen, self.job, getattr(ex, "missing", None) or [],
+                         getattr(ex, "broken", None))
 
     def replay(self, epochs: list[EpochSummary]) -> None:
         """Feed restored epochs to the analyzer (its per-metric history and the findings it
         says once); what it finds is dropped: it was reported before the restart."""
         analyzer = self.analyzer
-        if analyzer is None or self._disabled("analyzer") or not epochs:
+        if analyzer is None or "analyzer" in self._faults or not epochs:
             return
         try:
             for i, e in enumerate(epochs):

@@ -16,13 +16,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from memwatch.core.findings import Finding
-from memwatch.core.protocols import SessionView
+from memwatch.bundle.paths import OutputPaths
+from memwatch.core.protocols import CheckReport, SessionView
 from memwatch.runtime.blackbox import BlackBox, report_previous
 from memwatch.runtime.dispatch import SinkSet
 from memwatch.runtime.recorder import FlightRecorder
 from memwatch.runtime.watchdog import Watchdog
 from memwatch.session.config import WatchConfig
+from memwatch.session.faults import Faults
 
 log = logging.getLogger("memwatch")
 
@@ -41,13 +42,11 @@ class Runtime:
     """
 
     def __init__(self, config: WatchConfig, view: SessionView, sinks: SinkSet,
-                 disabled: Callable[[str], bool],
-                 disable: Callable[[str, BaseException], None]) -> None:
+                 faults: Faults) -> None:
         self._config = config
         self._view = view
         self._sinks = sinks
-        self._disabled = disabled
-        self._disable = disable
+        self._faults = faults
         self.recorder: FlightRecorder | None = None
         self.blackbox: BlackBox | None = None
         self.previous_unclean: list[dict[str, Any]] = []
@@ -55,30 +54,32 @@ class Runtime:
         self.should_stop = False
         self.stop_reason: str | None = None
 
-    def start(self, ranks_doc: Callable[[], dict[str, Any] | None],
+    def start(self, paths: OutputPaths, ranks_doc: Callable[[], dict[str, Any] | None],
               after_each_poll: Callable[[Callable[[], None]], None]) -> None:
+        """The parts, writing under ``paths`` (the session's ``out_dir``, resolved once)."""
         cfg = self._config
         rcfg = cfg.recorder_config
         if rcfg.enabled:
             from memwatch.report.html import render_bundle_html
 
             try:
-                self.recorder = FlightRecorder(rcfg, self._view, on_bundle=self._sinks.bundle,
+                self.recorder = FlightRecorder(rcfg, self._view, oom_dir=paths.oom,
+                                               on_bundle=self._sinks.bundle,
                                                render_report=render_bundle_html, ranks=ranks_doc)
                 self.recorder.start()
             except Exception as e:  # noqa: BLE001
                 self.recorder = None
-                self._disable("flight recorder", e)
+                self._faults.disable("flight recorder", e)
         if cfg.blackbox_every_s is not None and cfg.stage == "train":
             try:
-                self.previous_unclean = report_previous(str(cfg.out_dir), share=cfg.share)
-                self.blackbox = BlackBox(self._view, str(cfg.out_dir),
-                                         every_s=cfg.blackbox_every_s, share=cfg.share)
+                self.previous_unclean = report_previous(paths, share=cfg.share)
+                self.blackbox = BlackBox(self._view, paths, every_s=cfg.blackbox_every_s,
+                                         share=cfg.share)
                 self.blackbox.start()
                 after_each_poll(self.blackbox.tick)  # the sampler's thread rewrites the record
             except Exception as e:  # noqa: BLE001
                 self.blackbox = None
-                self._disable("black box", e)
+                self._faults.disable("black box", e)
         wcfg = cfg.watchdog_config
         if wcfg is not None:
             self.watchdog = Watchdog(wcfg, self._view, dump=self._watchdog_dump,
@@ -94,19 +95,20 @@ class Runtime:
         try:
             if self.recorder is not None:
                 self.recorder.on_step_boundary()
-            if self.watchdog is not None and not self._disabled("watchdog"):
+            if self.watchdog is not None and "watchdog" not in self._faults:
                 self.watchdog.check()
         except Exception as e:  # noqa: BLE001
-            self._disable("watchdog", e)
+            self._faults.disable("watchdog", e)
             self.watchdog = None
 
-    def on_findings(self, new: list[Finding]) -> None:
+    def on_check(self, report: CheckReport) -> None:
         """A check's new findings reach the watchdog (forecast alerts)."""
-        if self.watchdog is not None and new and not self._disabled("watchdog"):
+        new = list(report.findings)
+        if self.watchdog is not None and new and "watchdog" not in self._faults:
             try:
                 self.watchdog.on_findings(new)
             except Exception as e:  # noqa: BLE001
-                self._disable("watchdog", e)
+                self._faults.disable("watchdog", e)
 
     def request_stop(self, reason: str) -> None:
         """Ask the run to stop gracefully: sets :attr:`should_stop` and :attr:`stop_reason`
@@ -118,10 +120,12 @@ class Runtime:
     def _watchdog_dump(self, reason: str) -> Path | None:
         return self.recorder.dump(reason, trigger="watchdog") if self.recorder else None
 
-    @property
-    def history_recording(self) -> bool:
-        """The device allocator's history is being recorded (its snapshot names sites)."""
-        return bool(getattr(self.recorder, "history_recording", False))
+    def device_snapshot(self, device: Any) -> Callable[[], Any] | None:
+        """``device``'s allocator snapshot reader, when the recorder records its history (a
+        device leak's tensors are then joined to where they were allocated)."""
+        if device is None or not getattr(self.recorder, "history_recording", False):
+            return None
+        return getattr(device, "snapshot", None)
 
     # ------------------------------------------------------------------ flight recorder
     def dump(self, reason: str, exc: BaseException | None = None) -> Path | None:

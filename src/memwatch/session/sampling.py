@@ -19,6 +19,7 @@ from memwatch.core.costs import Costs
 from memwatch.probes import procfs
 from memwatch.probes.base import DeviceProbe, Probe
 from memwatch.session.config import WatchConfig
+from memwatch.session.faults import Faults
 from memwatch.session.probes import NanProbe, open_probes, resolve_device
 from memwatch.timeline import Timeline
 from memwatch.timeline.sampler import PACED_SHARE, BackgroundSampler, SlowReader
@@ -66,10 +67,10 @@ class Sampling:
         step_count: samples recorded (optimizer steps), counting on across a resume.
     """
 
-    def __init__(self, config: WatchConfig, disable: Callable[[str, BaseException], None],
+    def __init__(self, config: WatchConfig, faults: Faults,
                  costs: Costs) -> None:
         self._config = config
-        self._disable = disable
+        self._faults = faults
         self._costs = costs
         self.device: DeviceProbe | None = None
         self.probes: list[Probe] = []
@@ -210,7 +211,7 @@ class Sampling:
             if self.sampler is not None:
                 self.sampler.passed(time.thread_time() - c0)
         except Exception as e:  # noqa: BLE001 - each probe guards itself; this is the backstop
-            self._disable("slow reader", e)
+            self._faults.disable("slow reader", e)
 
     def latest(self) -> dict[str, float]:
         """The last sample as a flat dict of metric -> value (bytes, counts)."""
@@ -295,4 +296,4 @@ class Sampling:
                 log.debug("memwatch: probe %s failed to close", p.name, exc_info=True)
 
     def _probe_failed(self, probe: Probe, exc: BaseException) -> None:
-        self._disable(f"probe {probe.name}", exc)
+        self._faults.disable(f"probe {probe.name}", exc)

@@ -1,6 +1,7 @@
 """When a session's periodic work runs: every N optimizer steps (the sinks' samples, the watchdog
 and the flight recorder's housekeeping, checks inside long epochs) and every T seconds (checks by
-time). One object owns both clocks, so ``step()`` asks one question: is anything due?
+time). One object owns both clocks, so ``step()`` asks one question behind two comparisons: is
+anything due?
 
 Example::
 
@@ -19,16 +20,24 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from collections.abc import Callable
-
-from memwatch.runtime.schedule import Schedule
 
 __all__ = ["Scheduler"]
 
 _NEVER = sys.maxsize
 _CHECK = "check"
+
+
+@dataclasses.dataclass
+class _Task:
+    name: str
+    every: int
+    fn: Callable[[int], None]
+    aligned: bool  # due at multiples of `every` (the logged steps stay aligned across a resume)
+    due: int = _NEVER
 
 
 class Scheduler:
@@ -41,7 +50,7 @@ class Scheduler:
     """
 
     def __init__(self) -> None:
-        self._steps = Schedule()
+        self._tasks: list[_Task] = []
         self.next_due = _NEVER
         self.due_t = math.inf
         self._every_s: float | None = None
@@ -50,9 +59,13 @@ class Scheduler:
     def every_steps(self, name: str, every: int, fn: Callable[[int], None], step: int,
                     aligned: bool = False) -> None:
         """Run ``fn(step)`` every ``every`` optimizer steps from ``step`` on (``aligned``: at
-        multiples of ``every``, so logged steps line up across a resume)."""
-        self._steps.add(name, every, fn, step, aligned=aligned)
-        self.next_due = self._steps.next_due
+        multiples of ``every``, so logged steps line up across a resume); replaces a task of
+        that name."""
+        self._tasks = [t for t in self._tasks if t.name != name]
+        task = _Task(name, max(int(every), 1), fn, aligned)
+        self._tasks.append(task)
+        self._plan(task, step)
+        self._refresh()
 
     def checks(self, every_n: int | None, every_s: float | None,
                by_steps: Callable[[int], None], by_time: Callable[[int], None], step: int,
@@ -62,38 +75,55 @@ class Scheduler:
         self._by_time = by_time
         self._every_s = every_s
         if every_n is not None:
-            self._steps.add(_CHECK, every_n, by_steps, step)
+            self.every_steps(_CHECK, every_n, by_steps, step)
         else:
-            self._steps.remove(_CHECK)
-        self.next_due = self._steps.next_due
+            self._tasks = [t for t in self._tasks if t.name != _CHECK]
+            self._refresh()
         self.due_t = now + every_s if every_s is not None else math.inf
 
     def run(self, step: int, now: float) -> None:
-        """Run what is due at ``step`` and time ``now``. A task's exception propagates (the
-        session owns the failure rule); the schedule is kept either way."""
+        """Run what is due at ``step`` and time ``now``: the step tasks in the order they were
+        added, then a check by time. A task's exception propagates (the session owns the
+        failure rule); the schedule is kept either way."""
+        due = [t for t in self._tasks if step >= t.due]
+        for t in due:
+            self._plan(t, step)
+        self._refresh()
         try:
-            self._steps.run(step)
+            for t in due:
+                # An aligned task only fires on its multiples (not after a jump past one).
+                if not t.aligned or step % t.every == 0:
+                    t.fn(step)
             if now >= self.due_t and self._by_time is not None:
                 # (a step-based check just now pushed the time-based one back)
                 self._by_time(step)
         finally:
-            self.next_due = self._steps.next_due
+            self._refresh()
 
     def checked(self, step: int, now: float) -> None:
         """A check ran (at an epoch end, by steps or by time): the next one is due
         ``every_n`` steps and ``every_s`` seconds from now."""
-        self._steps.restart(_CHECK, step)
-        self.next_due = self._steps.next_due
+        for t in self._tasks:
+            if t.name == _CHECK:
+                self._plan(t, step)
+        self._refresh()
         self.due_t = now + self._every_s if self._every_s is not None else math.inf
 
     def reschedule(self, step: int) -> None:
         """Plan every step task from ``step`` (after the step count jumped: a resumed run)."""
-        self._steps.reschedule(step)
-        self.next_due = self._steps.next_due
+        for t in self._tasks:
+            self._plan(t, step)
+        self._refresh()
 
     def clear(self) -> None:
         """Nothing is due any more (a closed session)."""
-        self._steps.clear()
+        self._tasks = []
         self._by_time = None
         self.next_due = _NEVER
         self.due_t = math.inf
+
+    def _plan(self, t: _Task, step: int) -> None:
+        t.due = (step // t.every + 1) * t.every if t.aligned else step + t.every
+
+    def _refresh(self) -> None:
+        self.next_due = min((t.due for t in self._tasks), default=_NEVER)

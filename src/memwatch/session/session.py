@@ -9,33 +9,34 @@ A session is a composition of small parts, each the only writer of its own state
 :class:`~memwatch.session.sampling.Sampling` (probes, timeline, step count),
 :class:`~memwatch.session.scheduler.Scheduler` (what is due, by steps and by time),
 :class:`~memwatch.session.checker.Checker` (analyzer, tracer, rank exchange, findings),
-:class:`~memwatch.session.runtime.Runtime` (flight recorder, black box, watchdog, stop request)
-and :class:`~memwatch.session.checkpoint.Checkpointer` (state across a restart). This class
-wires them and runs a check; the runtime parts get a read-only view of it and explicit
-callbacks, never the session.
+:class:`~memwatch.session.runtime.Runtime` (flight recorder, black box, watchdog, stop request),
+:class:`~memwatch.session.checkpoint.Checkpointer` (state across a restart),
+:class:`~memwatch.session.faults.Faults` (what was turned off) and
+:class:`~memwatch.session.thread.TrainingThread` (which thread steps it). This class wires them
+and hands each check's report on (the watchdog, the sinks, the console, the schedule); the
+runtime parts get a read-only view of it and explicit callbacks, never the session.
 
-After ``start()`` nothing in here raises into the training loop: a failing component logs one
-warning naming the cause and disables itself.
+After ``start()`` nothing in here raises into the training loop: a failing part is turned off
+with one warning naming the cause (:class:`~memwatch.session.faults.Faults`).
 
 Threading: ``step()``, ``end_epoch()`` and ``close()`` belong to the thread that trains (one
-session, one training thread: the first ``step()`` binds it). A call of ``step()`` from another
-thread is ignored with one warning: samples from two threads would interleave and the step
-count would lose meaning.
+session, one training thread: the first ``step()`` binds it); a ``step()`` from another thread
+is ignored with one warning.
 """
 
 from __future__ import annotations
 
-import logging
+import functools
 import os
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from memwatch.bundle.paths import OutputPaths
 from memwatch.core.costs import Costs
-from memwatch.core.errors import ConfigError, MemWatchWarning
+from memwatch.core.errors import ConfigError
 from memwatch.core.findings import Finding
 from memwatch.core.forking import ForkRegistry
 from memwatch.core.protocols import SessionView
@@ -43,17 +44,20 @@ from memwatch.core.safefs import check_out_dir
 from memwatch.probes.base import DeviceProbe, Probe
 from memwatch.runtime.blackbox import BlackBox
 from memwatch.runtime.dispatch import SinkSet
-from memwatch.runtime.exchange import rank_info
 from memwatch.runtime.recorder import FlightRecorder
+from memwatch.runtime.warn import FindingWarner
 from memwatch.runtime.watchdog import Watchdog
 from memwatch.session.checker import MAX_FINDINGS, Checker
 from memwatch.session.checkpoint import Checkpointer
 from memwatch.session.config import WatchConfig
+from memwatch.session.faults import Faults
 from memwatch.session.options import check_names
 from memwatch.session.part import Part
+from memwatch.session.plan import RunPlan
 from memwatch.session.runtime import Runtime
 from memwatch.session.sampling import Sampling
 from memwatch.session.scheduler import Scheduler
+from memwatch.session.thread import TrainingThread
 from memwatch.session.view import SessionReader
 from memwatch.timeline import EpochSummary, Timeline
 
@@ -62,9 +66,7 @@ if TYPE_CHECKING:
 
     from memwatch.session.options import WatchOptions
 
-log = logging.getLogger("memwatch")
-
-__all__ = ["MAX_FINDINGS", "MemWatch", "SessionReader", "rank_info", "watch"]
+__all__ = ["MAX_FINDINGS", "MemWatch"]
 
 
 class MemWatch:
@@ -76,11 +78,10 @@ class MemWatch:
     ``total_steps``, ``census``, ``watchdog``, ``sinks``, ``tracemalloc``. A misspelled option
     raises :class:`memwatch.ConfigError` naming the closest valid one.
 
-    Attributes: :attr:`config`, :attr:`findings`, :attr:`step_count`, :attr:`epoch`,
-    :attr:`checks`, :attr:`timeline`, :attr:`device`, :attr:`probes`, :attr:`recorder`,
-    :attr:`watchdog`, :attr:`analyzer`, :attr:`sinks`, :attr:`should_stop` and
-    :attr:`stop_reason`, :attr:`disabled`, and the options most read back (:attr:`out_dir`,
-    :attr:`stage`, :attr:`census_mode`...; every option is on :attr:`config`).
+    Attributes (each read from the part that writes it): :attr:`config`, :attr:`findings`,
+    :attr:`step_count`, :attr:`epoch`, :attr:`checks`, :attr:`timeline`, :attr:`device`,
+    :attr:`recorder`, :attr:`watchdog`, :attr:`analyzer`, :attr:`sinks`, :attr:`should_stop`,
+    :attr:`stop_reason`, :attr:`disabled`... (every option is on :attr:`config`).
 
     Example::
 
@@ -110,10 +111,8 @@ class MemWatch:
     def _init(self, config: WatchConfig) -> None:
         #: The validated options (a frozen :class:`memwatch.WatchConfig`).
         self.config = config
-        #: Components turned off after an error: name -> cause.
-        self.disabled: dict[str, str] = {}
-        self._total_steps: int | None = config.total_steps
-        self._steps_per_epoch: int | None = config.steps_per_epoch
+        self._faults = Faults()
+        self._run_plan = RunPlan(config.total_steps, config.steps_per_epoch)
         self._epoch = 0
         shared = isinstance(config.sinks, SinkSet)
         self._sinks = config.sinks if isinstance(config.sinks, SinkSet) else SinkSet(config.sinks)
@@ -121,20 +120,17 @@ class MemWatch:
         #: The read-only view the runtime parts get (:class:`memwatch.core.protocols.SessionView`).
         self.view: SessionView = cast(SessionView, SessionReader(self))
         self._costs = Costs()
-        self._sampling = Sampling(config, self._disable, self._costs)
+        self._sampling = Sampling(config, self._faults, self._costs)
         self._scheduler = Scheduler()
-        self._runtime = Runtime(config, self.view, self._sinks, self.disabled.__contains__,
-                                self._disable)
-        self._checker = Checker(config, self.view, self.disabled.__contains__, self._disable,
-                                sinks=self._sinks, runtime=self._runtime,
-                                sampling=self._sampling, scheduler=self._scheduler,
-                                costs=self._costs)
+        self._runtime = Runtime(config, self.view, self._sinks, self._faults)
+        self._checker = Checker(config, self.view, self._faults, self._sampling, self._run_plan,
+                                self._costs)
         self._checkpoints = Checkpointer()
+        self._warner = FindingWarner()
+        self._training_thread = TrainingThread(self._costs)
         self._running = False
         self._closed = False
         self._pid = os.getpid()
-        self._thread: int | None = None
-        self._warned_thread = False
 
     # ------------------------------------------------------------------ what it reads as
     # Each attribute has one writer: the part that owns it. The session reads it through.
@@ -145,6 +141,8 @@ class MemWatch:
     #: The device probe (None: host and workers only).
     device: Part[DeviceProbe | None] = Part("_sampling", "device")
     probes: Part[list[Probe]] = Part("_sampling", "probes")
+    #: Components turned off after an error: name -> cause.
+    disabled: Part[dict[str, str]] = Part("_faults", "disabled")
     #: Every finding so far (the latest 1,000).
     findings: Part[list[Finding]] = Part("_checker", "findings")
     #: Checks run so far (epoch ends and checks inside epochs).
@@ -176,9 +174,9 @@ class MemWatch:
     #: Epochs ended (continuing across a resume).
     epoch: Part[int] = Part("", "_epoch")
     #: The run's planned number of optimizer steps (the forecast horizon), when known.
-    total_steps: Part[int | None] = Part("", "_total_steps")
+    total_steps: Part[int | None] = Part("_run_plan", "total_steps")
     #: The epoch length, when known (the adapters set it from the framework).
-    steps_per_epoch: Part[int | None] = Part("", "_steps_per_epoch")
+    steps_per_epoch: Part[int | None] = Part("_run_plan", "steps_per_epoch")
     # The options most read back under their own names (every one is on ``config``).
     out_dir: Part[str] = Part("config", "out_dir")
     stage: Part[str] = Part("config", "stage")
@@ -203,10 +201,7 @@ class MemWatch:
                  steps_per_epoch: int | None = None) -> None:
         """The run's planned length and its epochs' length, when the framework knows them
         (each ignored when None or already given as an option)."""
-        if self._total_steps is None and total_steps is not None:
-            self._total_steps = int(total_steps)
-        if self._steps_per_epoch is None and steps_per_epoch is not None:
-            self._steps_per_epoch = int(steps_per_epoch)
+        self._run_plan.plan(total_steps, steps_per_epoch)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> MemWatch:
@@ -218,15 +213,16 @@ class MemWatch:
         t0 = time.perf_counter()
         self._costs.start = time.monotonic()
         cfg = self.config
+        paths = OutputPaths.resolve(cfg.out_dir)  # once: a later chdir moves nothing
         if cfg.recorder or (cfg.blackbox_every_s is not None and cfg.stage == "train"):
-            check_out_dir(cfg.out_dir, cfg.share)  # ConfigError when unsafe (docs/security.md)
+            check_out_dir(paths.given, cfg.share)  # ConfigError when unsafe (docs/security.md)
         self._sampling.open()
         self._checker.start()
         pending = self._checkpoints.take_pending()
         if pending is not None:
             # Before the recorder, watchdog and sinks schedule their ticks from step_count.
             self._restore(pending)
-        self._runtime.start(self._ranks_doc, self._sampling.after_each_poll)
+        self._runtime.start(paths, self._checker.ranks_doc, self._sampling.after_each_poll)
         self._plan()
         self._running = True
         _in_children.add(self)
@@ -247,6 +243,7 @@ class MemWatch:
             self._sinks.close()
         self._runtime.close()
         self._sampling.close()
+        self._warner.flush()
         self._checker.close()
 
     def __enter__(self) -> MemWatch:
@@ -267,8 +264,9 @@ class MemWatch:
             # Multiples of N, so the logged steps stay aligned across a resume.
             s.every_steps("sinks", cfg.log_every_n_steps, self._sink_sample, n, aligned=True)
         if self._checker.analyzer is not None:
-            s.checks(cfg.check_every_n_steps, cfg.check_every_s, self._checker.step_check,
-                     self._checker.time_check, n, time.monotonic())
+            s.checks(cfg.check_every_n_steps, cfg.check_every_s,
+                     functools.partial(self._interval_check, True),
+                     functools.partial(self._interval_check, False), n, time.monotonic())
 
     # ------------------------------------------------------------------ hot path
     def step(self) -> None:
@@ -276,7 +274,8 @@ class MemWatch:
         from the thread that trains."""
         if not self._running:
             return
-        if threading.get_ident() != self._thread and self._other_thread():
+        thread = self._training_thread
+        if threading.get_ident() != thread.ident and thread.other():
             return
         try:
             t = self._sampling.record()
@@ -290,49 +289,22 @@ class MemWatch:
         try:
             self._scheduler.run(self.step_count, t)
         except Exception as e:  # noqa: BLE001 - each task guards itself; this is the backstop
-            self._disable("schedule", e)
+            self._faults.disable("schedule", e)
 
     def _recover_step(self) -> float:
         """Slow path after a failure: find the failing probe, disable it, keep sampling."""
         try:
             return self._sampling.recover()
         except Exception as e:  # noqa: BLE001
-            self._disable("sampler", e)
+            self._faults.disable("sampler", e)
             self._running = False
             return time.monotonic()
-
-    def _other_thread(self) -> bool:
-        """The first ``step()`` binds the session to its thread; True for a call from another
-        thread after that (ignored, with one warning)."""
-        if self._thread is None:
-            self._thread = threading.get_ident()
-            self._costs.bind()  # the budget counts this thread's CPU time from here
-            return False
-        if not self._warned_thread:
-            self._warned_thread = True
-            import warnings
-
-            warnings.warn(
-                "memwatch: MemWatch.step() was called from a thread other than the one that "
-                "started the session; such calls are ignored (one session samples one training "
-                "thread: start it from the thread that trains, or give each thread its own "
-                "session).", MemWatchWarning, stacklevel=3)
-        return True
 
     def hand_over(self) -> None:
         """The calling thread steps this session from now on. For a driver that sampled the
         session from a timer thread until training began (``memwatch run``'s time mode): call
         it from the training thread, once the timer has stopped stepping."""
-        self._thread = threading.get_ident()
-        self._costs.bind()
-        self._warned_thread = False
-
-    def _disable(self, component: str, exc: BaseException) -> None:
-        if component in self.disabled:
-            return
-        self.disabled[component] = f"{type(exc).__name__}: {exc}"
-        log.warning("memwatch: %s disabled after an error (%s: %s); training continues",
-                    component, type(exc).__name__, exc)
+        self._training_thread.hand_over()
 
     # ------------------------------------------------------------------ checks
     def end_epoch(self) -> list[Finding]:
@@ -343,10 +315,42 @@ class MemWatch:
         try:
             summary = tl.end_epoch()
         except Exception as e:  # noqa: BLE001
-            self._disable("epoch summary", e)
+            self._faults.disable("epoch summary", e)
             return []
         self._epoch += 1
-        return self._checker.check(summary, "epoch_end", self._epoch)
+        return self._check(summary, "epoch_end")
+
+    def _interval_check(self, aligned: bool, step: int) -> None:
+        """A check inside the epoch (every ``check_every_n_steps``, ``aligned``: every rank is
+        at this step, so ranks exchange summaries; or every ``check_every_s``): the segment
+        since the previous check, and the epoch so far once an epoch ended. Its findings are
+        warned about (``step()`` returns none)."""
+        got = self._checker.interval_summary()
+        if got is not None:
+            self._check(got[0], "interval", partial=got[1], exchange=aligned)
+
+    def _check(self, summary: EpochSummary | None, at: str, partial: EpochSummary | None = None,
+               exchange: bool = True) -> list[Finding]:
+        """One check, its report handed on: the watchdog, the sinks, the console, the
+        schedule. memwatch's own work in all of it is measured (the run is judged without
+        it)."""
+        with self._checker.own_work():
+            report = self._checker.check(summary, at, self._epoch, partial=partial,
+                                         exchange=exchange,
+                                         device_snapshot=self._runtime.device_snapshot(
+                                             self.device))
+            self._runtime.on_check(report)
+            if self._sinks and summary is not None:
+                self._sinks.check(report)
+            if self.config.warn:
+                # Once each: inside an epoch (step() returns nothing) a threat is a
+                # MemWatchWarning; every new leak verdict, whatever its severity, at least a
+                # one-line notice.
+                self._warner.tell(report.findings, warn=at == "interval", at=at)
+                self._warner.end_check(at, self.config.stage)
+            self._sampling.refresh_slow()
+            self._scheduler.checked(self.step_count, time.monotonic())
+        return list(report.findings)
 
     def _sink_sample(self, step: int) -> None:
         with self._costs.timed("sinks"):
@@ -370,13 +374,6 @@ class MemWatch:
         hints at, background passes more often than their cost allows) stays within 1% of the
         run: see ``docs/benchmarks.md``."""
         return self._costs.snapshot()
-
-    def _ranks_doc(self) -> dict[str, Any] | None:
-        from memwatch.bundle.documents import ranks_doc
-
-        ex = self._checker.exchange
-        return ranks_doc(self.rank_last_seen, self.job, getattr(ex, "missing", None) or [],
-                         getattr(ex, "broken", None))
 
     def add_sink(self, sink: Any) -> None:
         """Add a :class:`memwatch.sinks.Sink` (integrations call this once they found a logger)."""
@@ -474,27 +471,3 @@ class MemWatch:
 
 #: Every started session: a forked child (a DataLoader worker) makes its copies inert.
 _in_children = ForkRegistry("after_fork_in_child")
-
-
-@contextmanager
-def watch(**options: Unpack[WatchOptions]) -> Iterator[MemWatch]:
-    """Context-manager form of :class:`MemWatch`: started on entry, closed on exit.
-
-    Example::
-
-        >>> import memwatch
-        >>> with memwatch.watch(device="cpu", workers=False, out_dir=str(tmp)) as mw:
-        ...     for _ in range(3):
-        ...         mw.step()
-        >>> mw.step_count
-        3
-    """
-    mw = MemWatch(**options)
-    mw.start()
-    try:
-        yield mw
-    except BaseException as e:
-        mw.handle_exception(e)  # a bundle when configured; the exception propagates unchanged
-        raise
-    finally:
-        mw.close()
