@@ -4,7 +4,9 @@ construction; and the threading contract of ``step()``."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import re
 import threading
 import typing
 import warnings
@@ -15,13 +17,66 @@ import pytest
 
 import memwatch
 from memwatch import ConfigError, WatchConfig, WatchdogConfig
+from memwatch.session.config import flags, spec
 from memwatch.session.options import AdapterOptions, WatchOptions
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
 def test_watch_options_declare_exactly_the_config_fields() -> None:
-    fields = {f.name for f in dataclasses.fields(WatchConfig)}
-    assert set(typing.get_type_hints(WatchOptions)) == fields
-    assert set(typing.get_type_hints(AdapterOptions)) == fields - {"log_every_n_steps", "warn"}
+    """The keyword types repeat the declaration (a type checker needs them written out): the
+    same names, the same types, and the adapters' those their declarations pass on."""
+    fields = typing.get_type_hints(WatchConfig)
+    assert typing.get_type_hints(WatchOptions) == fields
+    passed_on = {f.name for f in dataclasses.fields(WatchConfig) if spec(f).adapter}
+    assert passed_on == set(fields) - {"log_every_n_steps", "warn"}
+    assert typing.get_type_hints(AdapterOptions) == {n: fields[n] for n in passed_on}
+
+
+def _option_rows(doc: str) -> dict[str, str]:
+    """``docs/configuration.md``'s rows of the MemWatch option tables: name -> default."""
+    section = doc.split("## `MemWatch(...)`", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, str] = {}
+    table = False
+    for line in section.splitlines():
+        if line.startswith("| option |"):
+            table = True
+        elif not line.startswith("|"):
+            table = False
+        elif table and (m := re.match(r"\| `(\w+)` \| ([^|]*) \|", line)):
+            rows[m.group(1)] = m.group(2).strip()
+    return rows
+
+
+def _doc_default(text: str) -> Any:
+    """A default as the docs write it: a Python literal, ``1 GiB``, ``259200.0 (3 days)``."""
+    text = re.sub(r" \(.*\)$", "", text.strip()).strip("`")
+    if m := re.fullmatch(r"(\d+) (GiB|MiB)", text):
+        return int(m.group(1)) << (30 if m.group(2) == "GiB" else 20)
+    return ast.literal_eval(text)
+
+
+def test_the_docs_table_lists_every_option_with_its_default() -> None:
+    rows = _option_rows((DOCS / "configuration.md").read_text())
+    fields = {f.name: f.default for f in dataclasses.fields(WatchConfig)}
+    assert set(rows) == set(fields)
+    assert {n: _doc_default(d) for n, d in rows.items()} == fields
+
+
+def test_the_docs_check_catches_a_missing_row_and_a_wrong_default() -> None:
+    table = ("## `MemWatch(...)`\n\n| option | default | meaning |\n|---|---|---|\n"
+             "| `capacity` | `16384` | rows |\n| `horizon_s` | `259200.0` (3 days) | s |\n\n"
+             "## Next\n| option | default | meaning |\n| `memwatch` | `None` | x |\n")
+    rows = _option_rows(table)
+    assert rows == {"capacity": "`16384`", "horizon_s": "`259200.0` (3 days)"}
+    assert _doc_default(rows["capacity"]) != WatchConfig.capacity
+    assert set(rows) != {f.name for f in dataclasses.fields(WatchConfig)}
+
+
+def test_every_flag_of_memwatch_run_is_documented() -> None:
+    text = (DOCS / "run.md").read_text()
+    missing = [fl.name for fl, _ in flags() if f"`{fl.name}" not in text]
+    assert missing == []
 
 
 @pytest.mark.parametrize("name,closest", [

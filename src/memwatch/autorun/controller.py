@@ -40,6 +40,7 @@ from typing import Any
 from memwatch.autorun import frameworks
 from memwatch.autorun.console import ConsoleSink, exit_lines, say
 from memwatch.autorun.plan import Plan, read_plan
+from memwatch.bundle.paths import REPORT_FILE, per_rank
 from memwatch.session import MemWatch, rank_info
 
 log = logging.getLogger("memwatch")
@@ -183,15 +184,10 @@ class Controller:
         self.rank, self.world = info["rank"], info["world_size"]
         self.console.label = f" [rank {self.rank}]" if self.world > 1 else ""
         opts = dict(self.options)
-        opts["out_dir"] = self.rank_dir(opts.get("out_dir") or "memwatch")
+        opts["out_dir"] = per_rank(os.path.abspath(opts.get("out_dir") or "memwatch"),
+                                   self.rank, self.world)
         opts["sinks"] = [self.console, WandbSink(commit=False)]
         return opts
-
-    def rank_dir(self, out: str, world: int | None = None, rank: int | None = None) -> str:
-        world = self.world if world is None else world
-        rank = self.rank if rank is None else rank
-        out = os.path.abspath(out)
-        return os.path.join(out, f"rank{rank}") if world > 1 else out
 
     def _start_session(self) -> None:
         self._starting = True
@@ -328,7 +324,7 @@ class Controller:
             data.notes.insert(0, "Charts are left out (memwatch run --report tables); "
                                  "--report full draws them.")
         html = render(data, with_charts=self.plan.report == "full")
-        return write_html(html, Path(str(mw.out_dir)) / "report.html")
+        return write_html(html, Path(str(mw.out_dir)) / REPORT_FILE)
 
     def _bundle_of_early_death(self, exc: BaseException) -> Any:
         """The script died before anything was watched (an OOM while building the model): a

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from memwatch.autorun.console import ConsoleSink, say
+from memwatch.bundle.paths import per_rank
 
 __all__ = ["accelerate", "lightning", "transformers", "wrap_init"]
 
@@ -34,8 +35,6 @@ class Controller(Protocol):
 
     options: dict[str, Any]
     console: ConsoleSink
-
-    def rank_dir(self, out: str, world: int | None = None, rank: int | None = None) -> str: ...
 
     def take_over(self, adapter: Any, what: str) -> None: ...
 
@@ -114,7 +113,7 @@ def adapter_options(ctl: Controller, world: int, rank: int, **extra: Any) -> dic
     folder per rank when several processes train (the adapters' own default does too)."""
     opts = dict(ctl.options)
     if opts.get("out_dir"):
-        opts["out_dir"] = ctl.rank_dir(str(opts["out_dir"]), world, rank)
+        opts["out_dir"] = per_rank(os.path.abspath(str(opts["out_dir"])), rank, world)
     opts["sinks"] = [ctl.console, *extra.pop("sinks", [])]
     return {**opts, **extra}
 

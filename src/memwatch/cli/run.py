@@ -44,54 +44,16 @@ from memwatch.autorun.plan import ENV, REPORT_CHOICES, Plan, Target
 from memwatch.cli._base import Command
 from memwatch.core.errors import ConfigError, MemwatchError
 from memwatch.session import WatchConfig
+from memwatch.session.config import flags
 
 __all__ = ["OPTIONS", "RunCommand", "parse_options"]
 
-#: (flag, WatchConfig field, kind, help). Kinds: int, float, str; "?" also takes "none";
-#: "off" is a flag setting the field False, "on" one setting it True; "frames" is --tracemalloc.
-OPTIONS: tuple[tuple[str, str, str, str], ...] = (
-    ("--out-dir", "out_dir", "str", "where bundles, the black box and report.html go"),
-    ("--device", "device", "str", "auto (default), cpu, cuda, cuda:N or mps"),
-    ("--check-every-n-steps", "check_every_n_steps", "int?",
-     "a check (verdicts) every N optimizer steps (>= 16; default 5000; none: off)"),
-    ("--check-every-s", "check_every_s", "float?",
-     "... or every S seconds, whichever comes first (default 600; none: off)"),
-    ("--total-steps", "total_steps", "int?",
-     "the run's planned optimizer steps: a leak is a warning when it can kill the run"),
-    ("--steps-per-epoch", "steps_per_epoch", "int?", "the epoch length, when known"),
-    ("--horizon-s", "horizon_s", "float",
-     "without --total-steps: growth reaching the limit within S seconds is a warning"),
-    ("--tracemalloc", "tracemalloc", "frames",
-     "trace Python allocations (8 frames, or FRAMES) to name leaks of plain Python objects"),
-    ("--census", "census", "str", "live-tensor census at checks: auto (default), always, never"),
-    ("--interval-s", "interval_s", "float", "background sampler period, seconds (default 1)"),
-    ("--log-every-n-steps", "log_every_n_steps", "int",
-     "how often sinks (W&B...) get a sample (default 50)"),
-    ("--capacity", "capacity", "int", "raw samples kept in the ring (default 32768)"),
-    ("--buckets-per-epoch", "buckets_per_epoch", "int", "bucket summaries per epoch (256)"),
-    ("--bundle-on", "bundle_on", "str",
-     "failures that write a bundle: oom (default), all, none, or a comma list of cuda_oom, "
-     "host_oom, mps_oom, other"),
-    ("--bundle-report", "bundle_report", "str", "each bundle's report.html: auto, full, "
-     "tables, none"),
-    ("--max-bundles", "max_bundles", "int", "bundles kept in OUT_DIR/oom (default 20)"),
-    ("--max-bundle-bytes", "max_bundle_bytes", "int", "one bundle is trimmed past this"),
-    ("--max-total-bytes", "max_total_bytes", "int", "OUT_DIR/oom is kept under this"),
-    ("--record-history", "record_history", "on", "record the CUDA allocator's history"),
-    ("--blackbox-every-s", "blackbox_every_s", "float?",
-     "how often the black box is rewritten (default 5; none: no black box)"),
-    ("--exchange-timeout-s", "exchange_timeout_s", "float",
-     "how long ranks wait for each other at checks (default 60)"),
-    ("--distributed", "distributed", "str", "auto (default) or off: per-rank summaries at checks"),
-    ("--warn", "warn", "on",
-     "also raise a MemWatchWarning in the script per verdict (watch()'s warn=True)"),
-    ("--no-host", "host", "off", "do not sample this process's memory"),
-    ("--no-workers", "workers", "off", "do not sample DataLoader workers"),
-    ("--no-analyze", "analyze", "off", "sample only: no verdicts"),
-    ("--no-recorder", "recorder", "off", "no bundle when the script dies"),
-    ("--no-signals", "signals", "off", "SIGTERM/SIGUSR1 write no bundle"),
-    ("--no-watchdog", "watchdog", "off", "no thresholds or forecasts acting before the crash"),
-)
+#: (flag, WatchConfig field, kind, help), in the options' order: made from the options'
+#: declarations (:func:`memwatch.session.config.flags`), never written out here. Kinds: int,
+#: float, str; "?" also takes "none"; "off" is a flag setting the field False, "on" one setting
+#: it True; "frames" is --tracemalloc.
+OPTIONS: tuple[tuple[str, str, str, str], ...] = tuple(
+    (flag.name, field, flag.kind, flag.help) for flag, field in flags())
 _EXAMPLE = {"int": "5000", "int?": "5000 (or none)", "float": "600", "float?": "600 (or none)"}
 
 

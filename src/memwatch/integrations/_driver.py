@@ -21,12 +21,12 @@ import dataclasses
 import json
 import logging
 import os
-import sys
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from memwatch.bundle.paths import per_rank
 from memwatch.core.errors import ConfigError, MemWatchWarning
 from memwatch.core.findings import Finding
 from memwatch.core.metrics import PREFIX
@@ -62,6 +62,8 @@ class Driver:
 
     Args:
         who: how errors name the adapter (``"MemWatchCallback"``, ``"attach()"``).
+        adapter: the adapter's class: an unknown option's closest name may be one of its own
+            arguments (``wach_eval`` -> ``watch_eval``).
         given: a :class:`memwatch.MemWatch` the user passed (then ``options`` must be empty); it
             drives the first training run, later runs get a new session with its options.
         options: :class:`memwatch.MemWatch` options, validated now.
@@ -74,6 +76,7 @@ class Driver:
     """
 
     def __init__(self, who: str, given: MemWatch | None, options: Mapping[str, Any], *,
+                 adapter: type | None = None,
                  warn: bool = True, watch_eval: bool = True, graceful_stop: bool = False,
                  recovered_oom: str = "event", log_every: tuple[Any, str] | None = None,
                  stage_labels: dict[str, str] | None = None) -> None:
@@ -93,7 +96,7 @@ class Driver:
                               "leave it None.")
         # A typo fails here, not in the middle of training: an unknown name (the closest of
         # the MemWatch options and the adapter's own arguments named), then every value.
-        check_names(options, who, extra=_adapter_arguments(sys._getframe(1)))
+        check_names(options, who, extra=own_arguments(adapter) if adapter is not None else ())
         options = dict(options)
         if graceful_stop and given is None and "watchdog" not in options:
             options["watchdog"] = dict(GRACEFUL_STOP_WATCHDOG)
@@ -138,7 +141,7 @@ class Driver:
             self.out_dir = str(os.fspath(given))
         else:
             out = os.path.join(os.fspath(root or os.getcwd()), "memwatch")
-            self.out_dir = os.path.join(out, f"rank{self.rank}") if self.world_size > 1 else out
+            self.out_dir = per_rank(out, self.rank, self.world_size)
 
     def use_loggers(self, sinks: list[Any]) -> None:
         """The framework's own loggers as sinks (replacing those of a previous run)."""
@@ -478,11 +481,3 @@ def _positive_int(v: Any) -> int | None:
     except (TypeError, ValueError):
         return None
     return int(f) if 0 < f < 1e15 else None
-
-
-def _adapter_arguments(frame: Any) -> tuple[str, ...]:
-    """The arguments of the adapter whose ``__init__`` (``frame``) makes this driver: an
-    unknown option's closest name may be one of them (``wach_eval`` → ``watch_eval``)."""
-    adapter = frame.f_locals.get("self")
-    return own_arguments(type(adapter)) if adapter is not None else ()
-

@@ -190,7 +190,7 @@ class AccelerateHook(ad.Adapter):
                          "use 'file' (memwatch_state.json in each save_state folder), "
                          "'register' (register_for_checkpointing) or None")
         self._d = drv.Driver("attach()", memwatch, memwatch_options, warn=warn,
-                             graceful_stop=graceful_stop,
+                             graceful_stop=graceful_stop, adapter=type(self),
                              log_every=(log_every_n_steps, ", e.g. 50."))
         self._d.configure(accelerator.device, getattr(accelerator, "project_dir", None),
                           getattr(accelerator, "num_processes", 1),

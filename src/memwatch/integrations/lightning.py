@@ -107,8 +107,8 @@ class MemWatchCallback(Adapter, Callback):
         if log_every_n_steps is not None:
             check_log_every(log_every_n_steps,
                             ", or None to use the trainer's log_every_n_steps.")
-        self._d = Driver("MemWatchCallback", memwatch, memwatch_options, warn=warn,
-                         watch_eval=watch_eval, graceful_stop=graceful_stop)
+        self._d = Driver("MemWatchCallback", memwatch, memwatch_options, adapter=type(self),
+                         warn=warn, watch_eval=watch_eval, graceful_stop=graceful_stop)
         self.log_every_n_steps = log_every_n_steps
         self.stop_checkpoint = None if stop_checkpoint is None else os.fspath(stop_checkpoint)
         self.wandb_sink = bool(wandb_sink)

@@ -142,7 +142,7 @@ class MemWatchCallback(ad.Adapter, TrainerCallback):
         self._d = drv.Driver(
             "MemWatchCallback", memwatch, memwatch_options, warn=warn, watch_eval=watch_eval,
             graceful_stop=graceful_stop, recovered_oom=recovered_oom,
-            stage_labels={"val": "evaluation loop"},
+            stage_labels={"val": "evaluation loop"}, adapter=type(self),
             log_every=(log_every_n_steps, ", or None to add memwatch keys to the trainer's rows."))
         self._log = TrainerLog(lambda: self.trainer, log_every_n_steps is not None, console)
         self._d.use_loggers([self._log])

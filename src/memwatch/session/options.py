@@ -1,11 +1,13 @@
 """The options of :class:`memwatch.MemWatch` as keyword arguments: their types for a type checker
 (:class:`WatchOptions`), and their names checked at run time (:func:`check_names`).
 
-:class:`memwatch.WatchConfig` is the one declaration of the options (their defaults, their
-validation, their documentation). ``WatchOptions`` mirrors its fields so that
-``MemWatch(chek_every_n_steps=500)`` is an error for mypy too; ``tests/session`` checks that the
-two never drift apart. At run time a misspelled name raises :class:`memwatch.ConfigError` naming
-the closest valid one.
+:class:`memwatch.WatchConfig` is the one declaration of the options (their types, defaults,
+checks, documentation and flags). A type checker needs the keyword types written out, so
+``WatchOptions`` repeats its fields' names and types (and ``AdapterOptions`` those the adapters
+pass on), so that ``MemWatch(chek_every_n_steps=500)`` is an error for mypy too; nothing else
+may, and ``tests/session/test_options.py`` checks that they are the fields' own, name for name
+and type for type. At run time a misspelled name raises :class:`memwatch.ConfigError` naming the
+closest valid one.
 
 Example::
 
@@ -25,7 +27,9 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypedDict
 
+from memwatch.analysis.context import AnalyzerConfig
 from memwatch.core.errors import ConfigError
+from memwatch.runtime.dispatch import SinkSet
 
 if sys.version_info >= (3, 11):
     from typing import Unpack
@@ -37,7 +41,8 @@ __all__ = ["AdapterOptions", "Unpack", "WatchOptions", "check_names", "option_na
 
 class AdapterOptions(TypedDict, total=False):
     """The options an adapter passes on to its :class:`memwatch.MemWatch`: every option but
-    ``log_every_n_steps`` and ``warn``, which the adapters take as arguments of their own."""
+    ``log_every_n_steps`` and ``warn`` (``adapter=False`` in their declarations), which the
+    adapters take as arguments of their own."""
 
     device: Any
     host: bool
@@ -49,7 +54,7 @@ class AdapterOptions(TypedDict, total=False):
     total_steps: int | None
     analyze: bool
     census: str
-    analyzer_config: Any
+    analyzer_config: AnalyzerConfig | None
     distributed: str
     exchange_timeout_s: float
     recorder: bool
@@ -61,7 +66,7 @@ class AdapterOptions(TypedDict, total=False):
     signals: bool
     bundle_report: str
     watchdog: Any
-    sinks: Sequence[Any] | Any | None
+    sinks: Sequence[Any] | SinkSet | None
     tracemalloc: bool | int
     stage: str
     check_every_n_steps: int | None
