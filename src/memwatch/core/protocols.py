@@ -19,8 +19,9 @@ from memwatch.core.findings import Finding
 class CheckReport:
     """What one check of a session produced: the verdicts and the figures they were made from.
 
-    A check runs at every epoch end (``at="epoch_end"``) and, inside long epochs, every N steps
-    or T seconds (``at="interval"``).
+    A check runs at every epoch end (``at="epoch_end"``), inside long epochs every N steps or T
+    seconds (``at="interval"``), and once more when the session closes, on what was seen since
+    the previous check (``at="final"``: the run's last word).
 
     Attributes:
         stage: the loop the session watches ("train", "val", "test", "predict").
@@ -157,3 +158,10 @@ class LiveRun(SessionView, Protocol):
 
     @property
     def recorder(self) -> Any: ...
+
+    @property
+    def checks(self) -> int: ...
+
+    def current_findings(self) -> list[Finding]:
+        """The run's current verdicts (one per metric, kind and holder)."""
+        ...

@@ -99,10 +99,12 @@ class FlightRecorder:
         render_report: renders ``report.html`` (None: no report in bundles).
         ranks: returns ``ranks.json``'s content (rank 0 of a distributed run) or None.
         oom_dir: where bundles go (``<out_dir>/oom``, resolved once by the session:
-            :class:`memwatch.bundle.paths.OutputPaths`).
+            :class:`memwatch.bundle.paths.OutputPaths`); ``end_dir``: the end-of-run bundles
+            a sink asks for at a clean close (not failures: ``<out_dir>/end_of_run``).
     """
 
     def __init__(self, config: RecorderConfig, view: SessionView, *, oom_dir: Path,
+                 end_dir: Path | None = None,
                  on_bundle: Callable[[Path, dict[str, Any]], None] | None = None,
                  render_report: ReportRenderer | None = None,
                  ranks: Callable[[], dict[str, Any] | None] | None = None) -> None:
@@ -112,6 +114,7 @@ class FlightRecorder:
         self._render_report = render_report
         self._ranks = ranks
         self.oom_root = oom_dir
+        self.end_root = end_dir or oom_dir
         self.bundles: list[Path] = []
         #: Names this recorder's bundles in their manifests: retention deletes only those.
         self.run_id = secrets.token_hex(8)
@@ -396,7 +399,8 @@ class FlightRecorder:
             v = self.view
             rank = v.rank.get("rank", 0)
             name = f"{_utc_stamp(cap.wall)}-{host_name()}-rank{rank}-pid{os.getpid()}"
-            w = BundleWriter(self.oom_root, name, share=self.config.share)
+            root = self.end_root if trigger == "end_of_run" else self.oom_root
+            w = BundleWriter(root, name, share=self.config.share)
             if exc is not None:
                 w.write_json("exception.json", exception_doc(exc, cls))
             elif cap.observer is not None:
@@ -454,7 +458,7 @@ class FlightRecorder:
             # The evidence is on disk; the rendering comes after it (bundle.format.add_file).
             self._write_report(path, manifest)
             try:
-                enforce_retention(self.oom_root, self.config.max_bundles,
+                enforce_retention(root, self.config.max_bundles,
                                   self.config.max_total_bytes, run_id=self.run_id, keep=path)
             except OSError as e:
                 log.warning("memwatch: bundle retention failed (%s)", e)

@@ -220,11 +220,12 @@ class Checker:
     def check(self, summary: EpochSummary | None, at: str, epoch: int,
               partial: EpochSummary | None = None, exchange: bool = True,
               device_snapshot: Callable[[], Any] | None = None) -> CheckReport:
-        """One check of ``summary`` (``at``: ``"epoch_end"`` or ``"interval"``): its verdicts
+        """One check of ``summary`` (``at``: ``"epoch_end"``, ``"interval"`` or ``"final"``, the
+        last word when the session closes): its verdicts
         and, when ``exchange``, rank 0's across ranks; the report the session hands on.
         ``device_snapshot``: the device allocator's snapshot, when its history is recorded."""
         tl = self._sampling.timeline
-        defer = at == "interval" and self._plan.defer_leaks(bool(tl is not None and tl.epochs))
+        defer = at != "epoch_end" and self._plan.defer_leaks(bool(tl is not None and tl.epochs))
         origin = self.origin(summary, epoch)
         new = self.judge(summary, at, origin, partial=partial, defer_leaks=defer,
                          device_snapshot=device_snapshot, exchange=exchange)
