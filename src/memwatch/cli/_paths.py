@@ -3,7 +3,8 @@
 ``./memwatch`` is memwatch's default ``out_dir``, but a folder of that name is just as often
 something else (a clone of this repository): it is taken as the default only when it holds what a
 run writes there — a bundle (its ``manifest.json``, or a writer's ``.tmp-`` folder), the ``oom/``
-folder, a black box (``blackbox/``), or per-rank ``out_dir``s holding those.
+or ``end_of_run/`` folder, a black box (``blackbox/``), a finished run's ``summary.json``, or
+per-rank ``out_dir``s holding those.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 
 from memwatch.bundle import OOM_SUBDIR, TMP_PREFIX, Bundle, find_bundles
 from memwatch.bundle.blackbox import BLACKBOX_SUBDIR
+from memwatch.bundle.format import END_OF_RUN_SUBDIR
+from memwatch.bundle.run_summary import SUMMARY_FILE
 from memwatch.core.errors import BundleError
 from memwatch.report.jobs import group_jobs
 
@@ -28,12 +31,14 @@ def _is_bundle(d: Path) -> bool:
 
 
 def _is_out_dir(d: Path) -> bool:
-    return (d / OOM_SUBDIR).is_dir() or (d / BLACKBOX_SUBDIR).is_dir()
+    return (d / OOM_SUBDIR).is_dir() or (d / BLACKBOX_SUBDIR).is_dir() or \
+        (d / END_OF_RUN_SUBDIR).is_dir() or (d / SUMMARY_FILE).is_file()
 
 
 def holds_output(d: Path) -> bool:
-    """Whether ``d`` is (or holds) memwatch output: a bundle, an ``out_dir`` with ``oom/`` or
-    ``blackbox/``, an ``oom/`` folder of bundles, or a folder of per-rank ``out_dir``s."""
+    """Whether ``d`` is (or holds) memwatch output: a bundle, an ``out_dir`` (``oom/``,
+    ``blackbox/``, a finished run's ``summary.json``), an ``oom/`` folder of bundles, or a folder
+    of per-rank ``out_dir``s."""
     try:
         if not d.is_dir():
             return False
@@ -79,7 +84,8 @@ def default_out_dir(command: str) -> str:
     if holds_output(d):
         return DEFAULT_OUT_DIR
     why = ("there is no ./memwatch here" if not d.exists() else
-           "./memwatch holds no memwatch output (no bundle, no oom/ or blackbox/ folder)")
+           "./memwatch holds no memwatch output (no bundle, no oom/ or blackbox/ folder, no "
+           "summary.json)")
     raise BundleError(f"{why}; name the out_dir your run wrote to: memwatch {command} DIR")
 
 

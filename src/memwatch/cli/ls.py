@@ -1,5 +1,6 @@
-"""List OOM bundles: time, rank, trigger, classification, size (and why a broken one cannot be
-read).
+"""List what runs left: bundles (time, rank, trigger, classification, size, and why a broken one
+cannot be read) and finished runs (their ``summary.json``: steps, checks, verdict, how they
+ended), each under its own heading.
 
 DIR is a memwatch output directory (the one given as ``out_dir``), its ``oom/`` subdirectory, or
 a folder holding one ``out_dir`` per rank (``run/rank0``, ``run/rank1``). Without DIR,
@@ -8,8 +9,10 @@ a folder holding one ``out_dir`` per rank (``run/rank0``, ``run/rank1``). Withou
 Bundles of several ranks of one distributed job are listed together under a job heading that says
 which rank failed first (``memwatch inspect DIR`` compares them); bundles of single-process runs
 follow. Then the runs whose black box (``<out_dir>/blackbox/``) says they ended without a clean
-close (SIGKILL, the kernel's OOM killer) or are still running. ``--json`` prints the same as one
-JSON document.
+close (SIGKILL, the kernel's OOM killer) or are still running. Then the finished runs: the
+ranks of one distributed job under one heading (every rank's verdict, and rank 0's verdicts
+across ranks), other runs one line each. ``--json`` prints the same as one JSON document
+(``finished_jobs``, ``finished_runs``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from memwatch.bundle import Bundle
 from memwatch.bundle.blackbox import find_records, judge, summary_line
 from memwatch.cli._base import Command
 from memwatch.cli._paths import bundle_entries, default_out_dir, holds_output
+from memwatch.cli._runs import finished_json, print_finished
 from memwatch.core.errors import BundleError
 from memwatch.core.units import fmt_bytes
 from memwatch.report.jobs import LATE_TRIGGERS, Job, group_jobs
@@ -36,8 +40,7 @@ def _row(path: Path, b: Bundle | BundleError, indent: str = "") -> str:
         m = b.manifest
         cls = m.get("classification") or "-"
         rank = m.get("rank")
-        world = m.get("world_size")
-        rank_s = "-" if rank is None or world in (None, 1) else str(rank)
+        rank_s = "-" if rank is None else str(rank)  # as --json says it
         return (f"{indent}{str(m.get('created_utc', '?')):<26} {rank_s:>4} "
                 f"{str(m.get('trigger', '?')):<13} {str(cls):<9} {fmt_bytes(m.get('bytes')):>10}"
                 f"  {path}")
@@ -81,7 +84,8 @@ def _print_records(recs: list[tuple[Path, dict[str, Any], dict[str, Any]]]) -> N
 
 
 class LsCommand(Command):
-    """List the bundles under DIR (default ./memwatch), grouped by job, oldest first."""
+    """List the bundles under DIR (default ./memwatch), grouped by job, oldest first, and the
+    finished runs (summary.json)."""
 
     name = "ls"
 
@@ -102,7 +106,7 @@ class LsCommand(Command):
         jobs, rest = group_jobs(entries)
         recs = _records(args.dir)
         if args.json:
-            doc = {
+            doc: dict[str, Any] = {
                 "jobs": [{"id": j.id, "attempt": j.attempt, "source": j.source,
                           "world_size": j.world_size, "ranks": j.ranks,
                           "missing_ranks": j.missing_ranks,
@@ -113,12 +117,15 @@ class LsCommand(Command):
                 "bundles": [_entry_json(p, b) for p, b in rest],
                 "runs": [{"path": str(p), "pid": doc.get("pid"), "host": doc.get("host"),
                           "step": doc.get("step"), "end": end} for p, doc, end in recs],
+                **finished_json([args.dir]),
             }
             print(json.dumps(doc, indent=1))
             return 0
         if not entries:
             print(f"no bundles under {args.dir}")
+            print_finished([args.dir], args.dir, lead="\n")
             if recs:
+                print()
                 _print_records(recs)
             return 0
         for job in jobs:
@@ -137,6 +144,7 @@ class LsCommand(Command):
             print(("\n" if rest else "") + f"`memwatch inspect {args.dir}` compares the ranks of "
                   + ("the newest job" if len(jobs) > 1 else "the job")
                   + " at the moment the first one failed.")
+        print_finished([args.dir], args.dir, lead="\n")
         if recs:
             print()
             _print_records(recs)
