@@ -52,7 +52,7 @@ def peer_note(peer_ranks: Sequence[int], first_rank: int, first_is_own: bool,
             "\"connection closed\", abort or timeout)")
     if first_is_own:
         told = f"; the job's store told them {peer_who(named)}" if named else ""
-        return f"Rank(s) {ranks} {what}, after rank {first_rank} failed{told}."
+        return f"Rank(s) {ranks} {what}: the job's own failure is rank {first_rank}'s{told}."
     if named:
         return (f"No bundle records a failure of a rank's own: rank(s) {ranks} {what}; the "
                 f"job's store names {peer_who(named)}: look for that rank's bundle in its node's "

@@ -61,7 +61,7 @@ class FailureBoard:
         try:
             store = dist.TCPStore(addr, int(port), is_master=False, wait_for_workers=False,
                                   timeout=datetime.timedelta(seconds=STORE_TIMEOUT_S))
-            prefix = f"memwatch/{job.get('id')}/{job.get('attempt')}/"
+            prefix = f"memwatch/{job.get('id')}/{job.get('attempt')}"  # PrefixStore adds "/"
             return cls(dist.PrefixStore(prefix, store), rank)
         except Exception as e:  # noqa: BLE001 - the board is optional
             log.info("memwatch: no failure board on %s:%s (%s: %s); a peer failure will not "
