@@ -29,19 +29,12 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from rank_loop import vmsize  # beside this script (its folder is on sys.path)
 
 import memwatch
 
 kept: list[torch.Tensor] = []  # the planted leak lives here
 ballast: list[torch.Tensor] = []  # what the OOM rank allocates until it fails
-
-
-def _vmsize() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmSize")
 
 
 def _model(fsdp: bool) -> torch.nn.Module:
@@ -103,7 +96,7 @@ def main() -> None:
                     kept.append(hidden.detach().clone())  # 32 x 512 float32: 64 KiB
                 if rank == a.oom_rank and epoch == a.oom_epoch:
                     if not ballast:
-                        vm = _vmsize()
+                        vm = vmsize()
                         resource.setrlimit(resource.RLIMIT_AS, (vm + (48 << 20),) * 2)
                     ballast.append(torch.ones(1 << 20))  # 4 MiB per step until it fails
                 mw.step()

@@ -63,7 +63,7 @@ def main() -> None:
                     if not keep or len(keep) == 81:
                         # Cap the address space a little above what is mapped now: the leak
                         # then dies of a real host OOM a few steps later.
-                        vm = _vmsize()
+                        vm = vmsize()
                         resource.setrlimit(resource.RLIMIT_AS, (vm + (48 << 20),) * 2)
                     keep.append(torch.ones(1 << 20))  # 4 MiB more per step until it fails
                 before = dict(counts)
@@ -85,7 +85,8 @@ def main() -> None:
     dist.destroy_process_group()
 
 
-def _vmsize() -> int:
+def vmsize() -> int:
+    """This process's mapped address space (VmSize), in bytes."""
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith("VmSize:"):

@@ -70,8 +70,8 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("--capacity", "capacity", "int", "raw samples kept in the ring (default 32768)"),
     ("--buckets-per-epoch", "buckets_per_epoch", "int", "bucket summaries per epoch (256)"),
     ("--bundle-on", "bundle_on", "str",
-     "failures that write a bundle: oom (default), all, none, or a comma list of cuda_oom, "
-     "host_oom, mps_oom, other"),
+     "failures that write a bundle: oom (default: every OOM and peer_failure), all, none, or a "
+     "comma list of cuda_oom, host_oom, mps_oom, peer_failure, other"),
     ("--bundle-report", "bundle_report", "str", "each bundle's report.html: auto, full, "
      "tables, none"),
     ("--max-bundles", "max_bundles", "int", "bundles kept in OUT_DIR/oom (default 20)"),

@@ -96,6 +96,13 @@ def job_data(c: JobComparison, where: str = "") -> ReportData:
         cli_hint=f"memwatch inspect {where}" if where else None)
 
 
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    """An HTML table: ``head`` as HTML, each row's cells as HTML (escape what is text)."""
+    return ("<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+            + "</table>")
+
+
 def _story(c: JobComparison) -> Callable[[Page], None]:
     def section(p: Page) -> None:
         for n in c.notes:
@@ -117,17 +124,16 @@ def _ranks_table(c: JobComparison) -> Callable[[Page], None]:
               "sample at or before the first failure in each rank's own bundle (percentages "
               "of the rank's limit); a rank without a bundle: its peaks at the last epoch end, "
               "from rank 0's ranks.json.</p>")
-        head = ["rank", "host", "step", "sample age", *c.metrics, "its bundles"]
         rows = []
         for r in c.ranks:
             s = r.sample
             age = "-" if r.sample_age_s is None else f"{r.sample_age_s:.1f} s" + (
                 " (epoch end)" if r.source == "exchange" else "")
-            cells = [str(r.rank), r.host or "?", str((s or {}).get("step", "-")), age,
-                     *(_cell(s, k, r.limits) for k in c.metrics), "; ".join(r.events)]
-            rows.append("<tr>" + "".join(f"<td>{esc(x)}</td>" for x in cells) + "</tr>")
-        p.add("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"
-              + "".join(rows) + "</table>")
+            rows.append([esc(x) for x in (
+                r.rank, r.host or "?", (s or {}).get("step", "-"), age,
+                *(_cell(s, k, r.limits) for k in c.metrics), "; ".join(r.events))])
+        p.add(_table([esc(h) for h in ("rank", "host", "step", "sample age", *c.metrics,
+                                       "its bundles")], rows))
     return section
 
 
@@ -194,15 +200,14 @@ def _rank_findings(c: JobComparison) -> Callable[[Page], None]:
     def section(p: Page) -> None:
         fs = sorted(p.d.findings, key=lambda f: (int(f.get("rank") or 0), str(f.get("kind"))))
         p.details("rank-findings", f"Each rank's verdicts ({len(fs)})")
-        p.add("<table><tr><th>rank</th><th>kind</th><th>metric</th><th>severity</th>"
-              "<th>growth</th><th>holder / message</th></tr>")
+        rows = []
         for f in fs:
             rate = finite(f.get("bytes_per_step"))
-            p.add(f"<tr><td>{esc(f.get('rank'))}</td><td>{esc(f.get('kind'))}</td>"
-                  f"<td><code>{esc(f.get('metric'))}</code></td><td>{esc(f.get('severity'))}"
-                  f"</td><td>{esc(fmt_bytes(rate) + '/step' if rate else '-')}</td>"
-                  f"<td>{esc(shorten(f.get('culprit') or f.get('message') or '', 240))}</td></tr>")
-        p.add("</table>")
+            rows.append([esc(f.get("rank")), esc(f.get("kind")),
+                         f"<code>{esc(f.get('metric'))}</code>", esc(f.get("severity")),
+                         esc(fmt_bytes(rate) + "/step" if rate else "-"),
+                         esc(shorten(f.get("culprit") or f.get("message") or "", 240))])
+        p.add(_table(["rank", "kind", "metric", "severity", "growth", "holder / message"], rows))
         p.end_details()
     return section
 
@@ -221,19 +226,18 @@ def _exchange(c: JobComparison) -> Callable[[Page], None]:
                   f"{esc(', '.join(map(str, doc['missing'])))}"
                   + (f" ({esc(shorten(doc.get('exchange_error') or '', 200))})"
                      if doc.get("exchange_error") else "") + "</p>")
-        p.add("<table><tr><th>rank</th><th>host</th><th>epoch</th><th>step</th>"
-              "<th>host.rss peak</th><th>device peak</th><th>findings</th></tr>")
+        cells = []
         for s in rows:
             peak: dict[str, Any] = s["peak"] if isinstance(s.get("peak"), dict) else {}
             node: dict[str, Any] = s["node"] if isinstance(s.get("node"), dict) else {}
             fs = ", ".join(f"{f.get('kind')} {f.get('metric')}" for f in s.get("findings") or []
                            if isinstance(f, dict)) or "-"
-            p.add(f"<tr><td>{esc(s.get('rank'))}</td><td>{esc(node.get('name') or s.get('host'))}"
-                  f"</td><td>{esc(s.get('epoch'))}</td><td>{esc(s.get('step'))}</td>"
-                  f"<td>{esc(fmt_bytes(finite(peak.get('host.rss'))))}</td>"
-                  f"<td>{esc(fmt_bytes(finite(peak.get('device.peak'))))}</td>"
-                  f"<td>{esc(fs)}</td></tr>")
-        p.add("</table>")
+            cells.append([esc(x) for x in (
+                s.get("rank"), node.get("name") or s.get("host"), s.get("epoch"), s.get("step"),
+                fmt_bytes(finite(peak.get("host.rss"))), fmt_bytes(finite(peak.get("device.peak"))),
+                fs)])
+        p.add(_table(["rank", "host", "epoch", "step", "host.rss peak", "device peak",
+                      "findings"], cells))
         p.end_details()
     return section
 
@@ -241,13 +245,10 @@ def _exchange(c: JobComparison) -> Callable[[Page], None]:
 def _bundles(c: JobComparison) -> Callable[[Page], None]:
     def section(p: Page) -> None:
         p.details("bundles", f"The bundles read ({len(c.job.bundles)})")
-        p.add("<table><tr><th>rank</th><th>host</th><th>trigger</th><th>class</th><th>bundle "
-              "(<code>memwatch report BUNDLE</code> renders its own report)</th></tr>")
-        for b in c.job.bundles:
-            p.add(f"<tr><td>{b.rank}</td><td>{esc(b.host)}</td><td>{esc(b.trigger)}</td>"
-                  f"<td>{esc(b.classification or '-')}</td><td><code>{esc(b.path)}</code></td>"
-                  "</tr>")
-        p.add("</table>")
+        rows = [[str(b.rank), esc(b.host), esc(b.trigger), esc(b.classification or "-"),
+                 f"<code>{esc(b.path)}</code>"] for b in c.job.bundles]
+        p.add(_table(["rank", "host", "trigger", "class", "bundle (<code>memwatch report "
+                      "BUNDLE</code> renders its own report)"], rows))
         p.end_details()
     return section
 

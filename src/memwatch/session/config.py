@@ -177,8 +177,10 @@ class WatchConfig:
         census: tensor census at epoch ends: ``"auto"`` (when cheap or when growth is suspected),
             ``"always"`` or ``"never"``.
         recorder: write OOM bundles under ``<out_dir>/oom/`` (see ``docs/flight-recorder.md``).
-        bundle_on: which failures write a bundle: ``"oom"`` (every OOM class, default), ``"all"``,
-            ``"none"`` or a tuple of ``"cuda_oom"``, ``"host_oom"``, ``"mps_oom"``, ``"other"``.
+        bundle_on: which failures write a bundle: ``"oom"`` (default: every OOM class, and
+            ``"peer_failure"``, a collective that failed because another rank died), ``"all"``,
+            ``"none"`` or a tuple of ``"cuda_oom"``, ``"host_oom"``, ``"mps_oom"``,
+            ``"peer_failure"``, ``"other"``.
         max_bundles, max_total_bytes: retention of ``<out_dir>/oom`` (oldest deleted first).
         max_bundle_bytes: one bundle over this is trimmed, largest optional files first.
         record_history: record the CUDA allocator's allocation history (costs a stack walk per
