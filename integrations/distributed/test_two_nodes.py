@@ -27,6 +27,7 @@ import pytest
 from memwatch.cli import main
 from memwatch.testing import free_port
 
+pytestmark = pytest.mark.slow  # two torchrun agents and four ranks importing torch: ~25 s
 SCRIPT = Path(__file__).with_name("job_loop.py")
 LEAKS = 1  # the rank that leaks, then dies of a host OOM (node rank 0, local rank 1)
 
@@ -88,13 +89,19 @@ def test_every_rank_leaves_a_bundle_and_torchrun_names_them(job: dict[str, Any])
     assert _first(job, 0)[1]["host"] == node  # its node-mate
     assert {_first(job, r)[1]["host"] for r in (2, 3)} == {other}
     assert len({b[1]["job"]["id"] for bs in job["bundles"].values() for b in bs}) == 1
+    named = 0
     for r in (0, 2, 3):
         _, mr = _first(job, r)
         assert mr["classification"] == "peer_failure" or mr["trigger"] == "signal", mr
-        if mr["classification"] == "peer_failure":  # the store told it who failed first
-            assert mr["peer"]["first"]["rank"] == LEAKS, mr["peer"]
-            assert mr["peer"]["first"]["node"]["name"] == node
-            assert mr["peer"]["first"]["kind"] == "host_oom"
+        if mr["classification"] != "peer_failure":
+            continue
+        first = mr["peer"]["first"]
+        if first is None:  # a rank of node 1 failing after node 0's agent (the store) exited
+            assert r in (2, 3) and mr["peer"]["unreachable"], mr["peer"]
+            continue
+        named += 1  # the store told it who failed first
+        assert (first["rank"], first["node"]["name"], first["kind"]) == (LEAKS, node, "host_oom")
+    assert named >= 1 or _first(job, 0)[1]["trigger"] == "signal", job["bundles"]
     # Each node's torchrun summary names its ranks' bundles (TORCHELASTIC_ERROR_FILE).
     log = job["logs"][int(node[-1])]
     assert "Root Cause (first observed failure)" in log, log[-3000:]

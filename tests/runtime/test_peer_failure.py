@@ -103,6 +103,15 @@ def test_the_store_orders_the_jobs_failures() -> None:
     finally:
         peers.use(None)
     assert peers.on_failure(PEER_FAILURE, rank) == {"first": None, "source": None}
+    # Under torchrun the store lives in node 0's agent: once it exited, a late peer says so.
+    del server
+    peers.use(b1)
+    try:
+        gone = peers.on_failure(PEER_FAILURE, rank)
+    finally:
+        peers.use(None)
+    assert gone is not None and gone["first"] is None and gone["source"] == "store"
+    assert gone["unreachable"]
     assert peers.FailureBoard.open(dist, job, 0, env={}) is None  # init_method="tcp://..."
 
 

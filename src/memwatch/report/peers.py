@@ -57,6 +57,7 @@ def peer_note(peer_ranks: Sequence[int], first_rank: int, first_is_own: bool,
         return (f"No bundle records a failure of a rank's own: rank(s) {ranks} {what}; the "
                 f"job's store names {peer_who(named)}: look for that rank's bundle in its node's "
                 "out_dir.")
-    return (f"No bundle records a failure of a rank's own: rank(s) {ranks} {what}, and no rank "
-            "recorded its failure on the job's store: the rank that died was killed outright "
-            "(SIGKILL, the kernel's OOM killer), or its node's out_dir is not among those read.")
+    return (f"No bundle records a failure of a rank's own: rank(s) {ranks} {what}, and the "
+            "job's store named no rank (none recorded its failure there, or the store was gone "
+            "when they asked): the rank that died was killed outright (SIGKILL, the kernel's "
+            "OOM killer), or its node's out_dir is not among those read.")

@@ -10,9 +10,10 @@ workers). The store's atomic counter numbers the records in the order they arriv
 the job's first failure. A rank whose collective then fails reads record 1 and its bundle names
 that rank (``manifest["peer"]``), its node, what it died of and when.
 
-A rank killed outright (SIGKILL, the kernel's OOM killer) leaves no record: the peers' bundles
-then say that no rank reported a failure, and ``memwatch ls`` / ``inspect`` over the job's
-out_dirs still order the bundles by time.
+A rank killed outright (SIGKILL, the kernel's OOM killer) leaves no record, and under torchrun
+the store lives in node 0's agent: a peer on another node whose collective fails after that agent
+exited cannot read it (its bundle says ``unreachable``). ``memwatch ls`` / ``inspect`` over the
+job's out_dirs still order the bundles by time.
 
 Cost: one store client opened at start, beside memwatch's gloo group (one TCP connection, no
 thread of memwatch's); then nothing until a failure: one ``add`` and one ``set`` on the failing
@@ -80,16 +81,13 @@ class FailureBoard:
             return None
 
     def first(self) -> dict[str, Any] | None:
-        """The first failure any rank recorded, or None when none did (or the store is gone)."""
-        try:
-            if int(self.store.add(_COUNTER, 0)) < 1:
-                return None
-            doc = json.loads(self.store.get("failure/1"))
-            return doc if isinstance(doc, dict) else None
-        except Exception as e:  # noqa: BLE001
-            log.info("memwatch: the store did not say who failed first (%s: %s)",
-                     type(e).__name__, e)
+        """The first failure any rank recorded, or None when none did. Raises when the store
+        cannot be read (under torchrun it lives in the torchrun agent of node 0, gone once that
+        node's workers ended)."""
+        if int(self.store.add(_COUNTER, 0)) < 1:
             return None
+        doc = json.loads(self.store.get("failure/1"))
+        return doc if isinstance(doc, dict) else None
 
 
 _board: FailureBoard | None = None
@@ -111,8 +109,9 @@ def on_failure(kind: str | None, rank: Mapping[str, int]) -> dict[str, Any] | No
 
     This rank's own failure (an OOM, or another exception that gets a bundle) is recorded on the
     board first, and None is returned. For a peer failure: ``{"first": <the first failure on
-    the board, or None>, "source": "store"}``, or ``{"first": None, "source": None}`` without a
-    board (a single host's bundles still tell it: ``memwatch inspect``).
+    the board, or None>, "source": "store"}`` (with ``"unreachable": <why>`` when the store could
+    not be read), or ``{"first": None, "source": None}`` without a board (the job's bundles still
+    tell it: ``memwatch inspect``).
     """
     board = _board
     if kind is None or rank.get("world_size", 1) <= 1:
@@ -120,7 +119,11 @@ def on_failure(kind: str | None, rank: Mapping[str, int]) -> dict[str, Any] | No
     if kind == PEER_FAILURE:
         if board is None:
             return {"first": None, "source": None}
-        return {"first": board.first(), "source": "store"}
+        try:
+            return {"first": board.first(), "source": "store"}
+        except Exception as e:  # noqa: BLE001 - the store is gone: say so, never raise
+            return {"first": None, "source": "store",
+                    "unreachable": f"{type(e).__name__}: {e}"[:300]}
     if board is not None and (kind in OOM_KINDS or kind == "other"):
         board.report(kind, node_info(rank), time.time())
     return None
