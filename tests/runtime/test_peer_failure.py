@@ -133,9 +133,17 @@ def test_error_file_is_what_torchelastic_reads(tmp_path: Path) -> None:
     trace = pf.message["extraInfo"]["py_callstack"]
     assert "Traceback" in trace and trace.count("/runs/oom/b0") == 1
     assert oct(path.stat().st_mode & 0o777) == "0o600"
-    # Never over a file that exists (torchelastic's @record wrote it, or an earlier bundle).
-    assert not write_error_file("/runs/oom/b1", "exception", ValueError("x"), "other", env=env)
-    assert "/runs/oom/b0" in path.read_text()
+    # A later failure of the same process replaces memwatch's own earlier story (that one was
+    # recovered from) ...
+    assert write_error_file("/runs/oom/b1", "exception", ValueError("x"), "other", env=env)
+    assert "/runs/oom/b1" in path.read_text() and "/runs/oom/b0" not in path.read_text()
+    # ... never a file someone else wrote: torchelastic's @record writes it with open("w").
+    with open(path, "w") as f:
+        json.dump({"message": {"message": "ValueError: x", "extraInfo": {
+            "py_callstack": "Traceback ...", "timestamp": "1"}}}, f)
+    mine = path.read_text()
+    assert not write_error_file("/runs/oom/b9", "exception", ValueError("y"), "other", env=env)
+    assert path.read_text() == mine
     path.unlink()
     assert write_error_file("/runs/oom/b2", "signal", None, None, env=env, now=5.0)
     pf = ProcessFailure(local_rank=0, pid=1, exitcode=-15, error_file=str(path))

@@ -14,12 +14,15 @@ the JSON ``@record``'s ``ErrorHandler.record_exception`` writes::
 with the traceback ending in memwatch's note that names the bundle, so torchrun's summary points
 at it.
 
-* Never over an existing file, and whole or not at all (the agent cannot parse half a file): it
-  is written under a temporary name beside it and hard-linked to its name, which fails if the name
-  exists (a link never follows a symlink at the name). ``@record`` writes it before the exception
-  reaches memwatch's ``sys.excepthook`` (its traceback then already carries memwatch's note when
-  ``watch()`` or an adapter wrote the bundle first); where memwatch wrote first, ``@record``
-  replaces memwatch's file with its own, as it always does.
+* Never over a file anyone else wrote, and whole or not at all (the agent cannot parse half a
+  file): it is written under a temporary name beside it and hard-linked to its name, which fails
+  if the name exists (a link never follows a symlink at the name). Only memwatch's own earlier
+  file, still as it wrote it, is replaced: by a later failure of the same process (the earlier
+  one, an OOM inside ``capture_oom()`` say, was recovered from; the later one ended it).
+  ``@record`` writes it before the exception reaches memwatch's ``sys.excepthook`` (its
+  traceback then already carries memwatch's note when ``watch()`` or an adapter wrote the bundle
+  first); where memwatch wrote first, ``@record`` replaces memwatch's file with its own, as it
+  always does.
 * The exception goes on unchanged: the file is one more place that tells of it.
 * torchelastic takes the failure with the smallest timestamp for the root cause, and timestamps
   are whole seconds. A failure memwatch knows to be a consequence (``peer_failure``, the
@@ -88,22 +91,46 @@ def write_error_file(bundle: Path | str, trigger: str, exc: BaseException | None
         stamp = int(math.ceil(t)) if late else int(t)
         doc = {"message": {"message": redact_text(first)[:4096], "extraInfo": {
             "py_callstack": redact_text(trace)[-_MAX_TRACE:], "timestamp": str(stamp)}}}
-        _create(path, json.dumps(doc))
+        text = json.dumps(doc)
+        _create(path, text, replace=_ours.get(path))
+        _ours[path] = text
         return True
     except FileExistsError:
-        return False  # torchelastic's @record (or an earlier bundle) told the story already
+        return False  # torchelastic's @record told the story already
     except Exception as e:  # noqa: BLE001
         log.info("memwatch: %s not written (%s: %s)", ERROR_FILE_VAR, type(e).__name__, e)
         return False
 
 
-def _create(path: str, text: str) -> None:
-    """``text`` at ``path``, whole, unless ``path`` exists (FileExistsError)."""
+def _create(path: str, text: str, replace: str | None = None) -> None:
+    """``text`` at ``path``, whole, unless ``path`` exists (FileExistsError) with other content
+    than ``replace`` (what this process wrote there before: a later failure's story replaces
+    an earlier one's, the one the process recovered from; a file anyone else wrote stays)."""
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".memwatch-", suffix=".json", dir=d)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.link(tmp, path)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            if replace is None or _read(path, len(replace) + 1) != replace:
+                raise
+            os.replace(tmp, path)  # our own earlier file, unchanged since: replaced whole
     finally:
-        os.unlink(tmp)
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+
+
+def _read(path: str, limit: int) -> str | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read(limit).decode("utf-8", "replace")
+
+
+#: What this process last wrote at each error file (replaced only while it is still that).
+_ours: dict[str, str] = {}
