@@ -59,7 +59,7 @@ from memwatch.bundle.documents import (
     segments_summary,
     timeline_records,
 )
-from memwatch.bundle.format import BundleWriter, add_file, host_name, note_error
+from memwatch.bundle.format import BundleWriter, add_file, bundle_name, host_name, note_error
 from memwatch.bundle.reader import Bundle, open_bundle
 from memwatch.bundle.retention import clean_stale, enforce_retention
 from memwatch.core.oom import PEER_FAILURE, Classification, classify
@@ -84,10 +84,6 @@ log = logging.getLogger("memwatch")
 MIB = 1 << 20
 _RESERVE_BYTES = 8 * MIB
 _PENDING_MAX_AGE_S = 600.0
-def _utc_stamp(t: float) -> str:
-    # Milliseconds keep names unique and in time order when several bundles land in one second.
-    d = _dt.datetime.fromtimestamp(t, _dt.timezone.utc)
-    return d.strftime("%Y%m%dT%H%M%S") + f".{d.microsecond // 1000:03d}Z"
 
 
 class FlightRecorder:
@@ -397,8 +393,7 @@ class FlightRecorder:
         try:
             self._release_reserve()
             v = self.view
-            rank = v.rank.get("rank", 0)
-            name = f"{_utc_stamp(cap.wall)}-{host_name()}-rank{rank}-pid{os.getpid()}"
+            name = bundle_name(cap.wall, v.rank.get("rank", 0), os.getpid())
             w = BundleWriter(self.oom_root, name, share=self.config.share)
             if exc is not None:
                 w.write_json("exception.json", exception_doc(exc, cls))
