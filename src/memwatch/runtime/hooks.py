@@ -100,7 +100,11 @@ class FailureHooks:
         """Hand on the signals that came while a bundle was being written (the default action
         of SIGTERM, termination, included)."""
         while self._deferred and os.getpid() == self._pid:
-            self._hand_on(self._deferred.pop(0), None)
+            signum = self._deferred.pop(0)
+            if threading.current_thread() is threading.main_thread():
+                self._hand_on(signum, None)
+            else:  # handlers belong to the main thread: send it again (it is free now)
+                os.kill(os.getpid(), signum)
 
     def _hand_on(self, signum: int, frame: FrameType | None) -> None:
         prev = self._prev_signals.get(signum)
