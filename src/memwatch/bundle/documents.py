@@ -31,7 +31,7 @@ ENV_PREFIXES = (
     "PYTORCH_", "TORCH_", "CUDA_", "NCCL_", "NVIDIA_", "CUBLAS_", "CUDNN_", "OMP_", "MKL_",
     "SLURM_", "HF_", "HUGGING", "TRANSFORMERS_", "WANDB_", "ACCELERATE_", "MASTER_", "LOCAL_",
     "RANK", "WORLD_", "GROUP_", "ROLE_", "TORCHELASTIC_", "PL_", "LIGHTNING_", "XLA_", "MALLOC_",
-    "LD_PRELOAD", "MEMWATCH_",
+    "LD_PRELOAD", "MEMWATCH_", "SLURMD_",
 )
 
 

@@ -52,6 +52,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import math
 import os
@@ -85,6 +86,7 @@ __all__ = [
     "TMP_PREFIX",
     "add_file",
     "BundleWriter",
+    "bundle_name",
     "dir_size",
     "host_name",
     "note_error",
@@ -130,6 +132,15 @@ def _finite(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return [_finite(v) for v in x]
     return x
+
+
+def bundle_name(wall: float, rank: int, pid: int) -> str:
+    """A bundle's directory name: ``<UTC time>-<host>-rank<r>-pid<p>``. The time comes first, so
+    names sort oldest first across the folders of several ranks and nodes; milliseconds keep
+    them unique and in order when several bundles land in one second."""
+    d = datetime.datetime.fromtimestamp(wall, datetime.timezone.utc)
+    stamp = d.strftime("%Y%m%dT%H%M%S") + f".{d.microsecond // 1000:03d}Z"
+    return f"{stamp}-{host_name()}-rank{rank}-pid{pid}"
 
 
 def host_name() -> str:

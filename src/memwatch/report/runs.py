@@ -33,17 +33,11 @@ from memwatch.bundle.paths import REPORT_FILE
 from memwatch.bundle.run_summary import SUMMARY_FILE, read_summary
 from memwatch.core.errors import BundleError
 from memwatch.report.data import ReportData, finite
+from memwatch.report.gather import gather
 from memwatch.report.text import shorten
 
 __all__ = ["FinishedJob", "FinishedRun", "find_runs", "group_runs", "job_data", "job_lines",
-           "job_text", "run_dirs", "run_line", "run_text", "verdict_line"]
-
-#: How far below a given folder ``out_dir``s are looked for (``run/rank3``: 1;
-#: ``gathered/node1/rank3``: 2).
-MAX_DEPTH = 2
-#: Folders looked at under one given path, at most.
-MAX_FOLDERS = 5000
-
+           "job_text", "run_line", "run_text", "verdict_line"]
 
 @dataclasses.dataclass
 class FinishedRun:
@@ -113,54 +107,19 @@ class FinishedJob:
         return next((r for r in self.runs if r.rank == 0), None)
 
 
-def _is_dir(p: Path) -> bool:
-    try:
-        return stat.S_ISDIR(os.lstat(p).st_mode)  # a symlink is never followed
-    except OSError:
-        return False
-
-
-def _has_summary(d: Path) -> bool:
-    try:
-        return stat.S_ISREG(os.lstat(d / SUMMARY_FILE).st_mode)
-    except OSError:
-        return False
-
-
-def _subdirs(d: Path) -> list[Path]:
-    try:
-        with os.scandir(d) as it:
-            return sorted(Path(e.path) for e in it if e.is_dir(follow_symlinks=False))
-    except OSError:
-        return []
-
-
-def run_dirs(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
-    """The folders under ``paths`` (each, and up to :data:`MAX_DEPTH` levels below) holding a
-    ``summary.json``."""
-    out: list[Path] = []
-    for root in map(Path, paths):
-        frontier, seen = [(root, 0)], 0
-        while frontier and seen < MAX_FOLDERS:
-            d, depth = frontier.pop(0)
-            seen += 1
-            if not _is_dir(d):
-                continue
-            if _has_summary(d) and d not in out:
-                out.append(d)
-            if depth < MAX_DEPTH:
-                frontier.extend((c, depth + 1) for c in _subdirs(d)
-                                if c.name not in ("oom", "end_of_run", "blackbox"))
-    return out
-
-
 def find_runs(paths: Iterable[str | os.PathLike[str]]
               ) -> tuple[list[FinishedRun], list[tuple[Path, BundleError]]]:
-    """The finished runs under ``paths``, oldest first, and the ``summary.json`` files that
+    """The finished runs under ``paths`` (the ``out_dir``s :func:`memwatch.report.gather.gather`
+    finds there holding a ``summary.json``), oldest first, and the ``summary.json`` files that
     cannot be read (each with its one-line reason)."""
     runs: list[FinishedRun] = []
     errors: list[tuple[Path, BundleError]] = []
-    for d in run_dirs(paths):
+    for d in gather(paths).out_dirs:
+        try:
+            if not stat.S_ISREG(os.lstat(d / SUMMARY_FILE).st_mode):
+                continue
+        except OSError:
+            continue
         try:
             runs.append(FinishedRun(d, read_summary(d / SUMMARY_FILE)))
         except BundleError as e:

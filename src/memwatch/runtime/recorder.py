@@ -59,16 +59,18 @@ from memwatch.bundle.documents import (
     segments_summary,
     timeline_records,
 )
-from memwatch.bundle.format import BundleWriter, add_file, host_name, note_error
+from memwatch.bundle.format import BundleWriter, add_file, bundle_name, host_name, note_error
 from memwatch.bundle.reader import Bundle, open_bundle
 from memwatch.bundle.retention import clean_stale, enforce_retention
-from memwatch.core.oom import Classification, classify
+from memwatch.core.oom import PEER_FAILURE, Classification, classify
 from memwatch.core.protocols import SessionView
 from memwatch.core.redact import redact_obj, redact_text
 from memwatch.probes.procfs import address_space, rss_now
 from memwatch.runtime.announce import announce_bundle
 from memwatch.runtime.capture import capture
+from memwatch.runtime.elastic import write_error_file
 from memwatch.runtime.hooks import FailureHooks
+from memwatch.runtime.peers import job_fields
 from memwatch.runtime.recorder_config import RecorderConfig, parse_bundle_on
 
 __all__ = ["FlightRecorder", "RecorderConfig", "ReportRenderer", "parse_bundle_on"]
@@ -82,10 +84,6 @@ log = logging.getLogger("memwatch")
 MIB = 1 << 20
 _RESERVE_BYTES = 8 * MIB
 _PENDING_MAX_AGE_S = 600.0
-def _utc_stamp(t: float) -> str:
-    # Milliseconds keep names unique and in time order when several bundles land in one second.
-    d = _dt.datetime.fromtimestamp(t, _dt.timezone.utc)
-    return d.strftime("%Y%m%dT%H%M%S") + f".{d.microsecond // 1000:03d}Z"
 
 
 class FlightRecorder:
@@ -256,8 +254,11 @@ class FlightRecorder:
                 pass
 
     # ------------------------------------------------------------------ triggers
-    def _on_signal(self, name: str) -> None:
+    def _on_signal(self, name: str) -> bool:
+        if self._lock.locked():  # a bundle is being written: the signal waits for it
+            return False
         self._dump(f"received {name}", None, trigger="signal")
+        return True
 
     def _on_oom(self, device: int, alloc: int, device_total: int, device_free: int) -> None:
         """The allocator's OOM observer: runs inside the failing allocation, pre-unwind."""
@@ -397,8 +398,7 @@ class FlightRecorder:
         try:
             self._release_reserve()
             v = self.view
-            rank = v.rank.get("rank", 0)
-            name = f"{_utc_stamp(cap.wall)}-{host_name()}-rank{rank}-pid{os.getpid()}"
+            name = bundle_name(cap.wall, v.rank.get("rank", 0), os.getpid())
             root = self.end_root if trigger == "end_of_run" else self.oom_root
             w = BundleWriter(root, name, share=self.config.share)
             if exc is not None:
@@ -443,10 +443,7 @@ class FlightRecorder:
                 "pre_unwind": cap.pre_unwind,
                 "host": host_name(),
                 "pid": os.getpid(),
-                "rank": rank,
-                "local_rank": v.rank.get("local_rank", 0),
-                "world_size": v.rank.get("world_size", 1),
-                "job": dict(v.job or {}),
+                **job_fields(v.rank, v.job, cls.kind if cls else None, trigger),
                 "run_id": self.run_id,
                 "step": v.step_count,
                 "epoch": v.epoch,
@@ -463,6 +460,7 @@ class FlightRecorder:
             except OSError as e:
                 log.warning("memwatch: bundle retention failed (%s)", e)
             announce_bundle(path, trigger, exc)  # one line: a note on exc, else the log
+            write_error_file(path, trigger, exc, cls.kind if cls else None)  # for torchrun
             if self._on_bundle is not None:  # the session's sinks (W&B artifact...)
                 self._on_bundle(path, manifest)
             return path
@@ -474,18 +472,20 @@ class FlightRecorder:
                 w.abort()
             self._lock.release()
             self._arm_reserve()
+            self.hooks.release_deferred()  # a SIGTERM that came while writing acts now
 
-    def report_mode(self, trigger: str) -> str:
-        """What report.html a bundle of ``trigger`` gets: "full", "tables" or "none"."""
+    def report_mode(self, trigger: str, kind: str | None = None) -> str:
+        """What report.html a bundle of ``trigger`` (and classification ``kind``) gets: "full",
+        "tables" or "none"."""
         mode = self.config.report
         if mode != "auto":
             return mode
-        world = self.view.rank.get("world_size", 1)
-        return "tables" if trigger == "signal" and world > 1 else "full"
+        many = self.view.rank.get("world_size", 1) > 1  # every survivor of a job writes one
+        return "tables" if many and (trigger == "signal" or kind == PEER_FAILURE) else "full"
 
     def _write_report(self, path: Path, manifest: Mapping[str, Any]) -> None:
         """Render report.html into the committed bundle at ``path`` (never raises)."""
-        mode = self.report_mode(str(manifest.get("trigger")))
+        mode = self.report_mode(str(manifest.get("trigger")), manifest.get("classification"))
         if mode == "none" or self._render_report is None:
             return
         share = self.config.share

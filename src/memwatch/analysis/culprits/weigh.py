@@ -243,8 +243,9 @@ class Scale:
     def _tensor_bytes(self, t: Any) -> int:
         n = 0
         try:
-            if not t.is_meta and t.layout == sys.modules["torch"].strided:
-                st = t.untyped_storage()
+            st = graphs.own_storage(t) if not t.is_meta and \
+                t.layout == sys.modules["torch"].strided else None
+            if st is not None:
                 key = (str(t.device), int(st.data_ptr()))
                 if key not in self.storages:
                     self.storages.add(key)
