@@ -37,7 +37,7 @@ def test_a_short_plain_loop_at_the_defaults_gets_its_verdict_by_exit(tmp_path, c
     (v,) = [v for v in doc["verdicts"] if v["kind"] == "leak"]
     assert v["metric"] == "host.rss" and v["holder"] == "dict_cache_loop.cache", v
     assert v["severity"] in ("warning", "critical") and doc["steps"] == 1200
-    assert doc["checks"] >= 3 and doc["exit"]["status"] == "completed"
+    assert doc["checks"] >= 2 and doc["exit"]["status"] == "completed"  # the last word, at least
     assert "epoch" not in json.dumps(doc)
     assert "epoch" not in _visible((out / "report.html").read_text()).lower()
     # The clean twin: quiet, and its report says so.

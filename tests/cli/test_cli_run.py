@@ -91,7 +91,7 @@ def test_dry_run_says_what_would_be_attached_and_the_options_and_runs_nothing(
     assert "Lightning: a memwatch.integrations.lightning.MemWatchCallback" in out
     assert "transformers:" not in out  # the script does not import it
     assert "every step of the first optimizer that steps" in out
-    assert "checks every 100 steps / 600 s" in out
+    assert "checks every 100 steps / every 600 s" in out
     rows = {m[3]: (m[1] == "*", m[2]) for m in re.finditer(
         r"^  ([* ]) \w+ = (.*?)  \((--[\w-]+)\)$", out, re.M)}
     assert rows["--check-every-n-steps"] == (True, "100")  # given here

@@ -43,6 +43,23 @@ def test_sized_checks_wait_for_the_cpu_floor_and_then_double() -> None:
     assert ran[0] in range(200, 217) and ran[1] == 450 and ran[2:] == [800, 1600]
 
 
+def test_an_early_check_waits_twenty_times_what_the_last_one_took() -> None:
+    clock = [0.0]
+    sized = SizedChecks(cap=5000, floor_s=0.1, cpu=lambda: clock[0])
+    clock[0] += 0.2
+    assert sized.ready(100)  # 0.2 s of CPU since the start: over the 0.1 s floor
+    clock[0] += 0.05  # the check (a census) took 50 ms
+    sized.checked()
+    clock[0] += 0.9
+    assert not sized.ready(200)  # 0.9 s < 20 x 50 ms
+    clock[0] += 0.2
+    assert sized.ready(200)
+    clock[0] += 0.5
+    sized.checked()  # took 0.5 s
+    assert sized.ready(5000)  # the cap's multiples keep the fixed cadence: no floor
+    assert sized.recheck(4900, 3200) == 5000  # a waiting early check never passes the cap's
+
+
 def test_the_cpu_floor_never_moves_a_check_past_the_steps_of_a_fast_loop() -> None:
     # Where ranks exchange summaries there is no floor: the steps alone decide.
     sized = SizedChecks(cap=5000, floor_s=None, cpu=lambda: 0.0)

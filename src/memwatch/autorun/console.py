@@ -66,6 +66,9 @@ class ConsoleSink:
     kind, metric), and once more when a later check names the holder the first could not."""
 
     sink_name = "console"
+    #: It says every new verdict on the console: the adapters give no warning or notice of
+    #: their own beside its line (one line per verdict).
+    tells_findings = True
 
     def __init__(self, label: str = "") -> None:
         self.label = label

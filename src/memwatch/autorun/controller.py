@@ -198,6 +198,9 @@ class Controller:
             self.memwatch = MemWatch(**self.session_options()).start()
         finally:
             self._starting = False
+        # Nothing here ends epochs: its first checks may judge leaks (no epoch-scoped
+        # accumulation to wait for).
+        self.memwatch.plan_run(epochs=False)
         self._step = self.memwatch.step
 
     def _tick(self, grace: float) -> None:

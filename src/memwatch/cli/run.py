@@ -223,9 +223,11 @@ def _attaches(imported: list[str] | None, cfg: WatchConfig) -> list[str]:
                    "its first step, when an Accelerator exists")
     every = cfg.check_every_n_steps
     secs = cfg.check_every_s
+    steps = ("sized to the run (steps 100, 200 ... 3,200, then every 5,000)" if every == "auto"
+             else f"every {every if every is not None else '-'} steps")
     out.append("otherwise: every step of the first optimizer that steps (torch's optimizer step "
-               f"hook), checks every {every if every is not None else '-'} steps / "
-               f"{f'{secs:g}' if secs is not None else '-'} s")
+               f"hook), checks {steps} / every {f'{secs:g}' if secs is not None else '-'} s, "
+               "and a last word at exit")
     grace = GRACE_INTERVALS * cfg.sample_every_s
     out.append(f"no optimizer step and no Trainer {grace:g} s after torch is imported: a sample "
                f"every {cfg.sample_every_s:g} s until an optimizer steps")

@@ -32,6 +32,9 @@ class CheckReport:
             one since the previous check), or ``None``.
         rank_summaries: on rank 0 of a distributed run, one summary per rank after the
             exchange (``None`` for a rank that did not answer); empty otherwise.
+        current: the session's current verdicts after this check
+            (:meth:`memwatch.MemWatch.current_findings`: one per metric, kind and holder), what
+            a sink shows as the run's answer; empty when the report was made elsewhere.
     """
 
     stage: str
@@ -42,6 +45,7 @@ class CheckReport:
     findings: Sequence[Finding]
     summary: Any = None
     rank_summaries: Sequence[Any] = ()
+    current: Sequence[Finding] = ()
 
 
 @runtime_checkable

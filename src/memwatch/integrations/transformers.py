@@ -216,7 +216,8 @@ class MemWatchCallback(ad.Adapter, TrainerCallback):
             # they run. Only this callback moves; everybody else keeps their order.
             cbs.remove(self)
             cbs.insert(first, self)
-        self._log.quiet_printers(cbs)  # the printed rows: one memwatch key (console=...)
+        # The printed rows: one memwatch key (console=...); W&B's: none (memwatch's sink).
+        self._log.quiet_printers(cbs, self._d.sinks)
 
     def close(self) -> None:
         """Close every session this callback opened (idempotent, never raises)."""

@@ -11,13 +11,16 @@ twice as long as its leak: the 1,200-step loop at steps 400 and 800, a 100,000-s
 same 5,000-step checks as before plus the six early ones.
 
 A **floor in CPU seconds** keeps those early checks from costing more than the work they judge:
-a check is due only once the process has run :data:`FLOOR_CPU_S` of CPU time since the
-previous check ended (a check that finds nothing costs 2-5 ms of CPU, measured in
-``benchmarks/bench_check_cadence.py``: the floor is twenty of those). A loop of microsecond
-steps therefore gets its first check when its work, not its step count, is worth judging.
-CPU time, never wall time: a busy machine stretches the wall clock, not the work. Where ranks
-exchange summaries at checks (every rank must check at the same step) there is no floor:
-steps alone decide.
+one before the cap is due only once the process has run, since the previous check ended,
+:data:`COST_RATIO` times the CPU that check took, and at least :data:`FLOOR_CPU_S` (a check
+that finds nothing costs 2-5 ms of CPU; one with a census of a framework's heap 0.1-0.4 s:
+``benchmarks/bench_check_cadence.py``). So the early checks take at most about a twentieth of
+the work they judge, a loop of microsecond steps gets its first check when its work, not its
+step count, is worth judging, and a long run pays for a check or two more than the fixed
+cadence, not six. The checks at the cap's multiples keep the fixed cadence (no floor). CPU
+time, never wall time: a busy machine stretches the wall clock, not the work. Where ranks
+exchange summaries at checks (every rank must check at the same step) there is no floor: steps
+alone decide.
 
 Once an epoch has ended the run has told its rhythm: checks come at epoch ends, and inside long
 epochs at the cap's multiples only.
@@ -42,7 +45,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-__all__ = ["FIRST_CHECK_STEPS", "FLOOR_CPU_S", "SizedChecks", "check_steps"]
+__all__ = ["COST_RATIO", "FIRST_CHECK_STEPS", "FLOOR_CPU_S", "SizedChecks", "check_steps"]
 
 #: The first check's step: a hundred steps are enough points for the trend tests (a check needs
 #: at least 16) and come within a few seconds of any loop.
@@ -50,6 +53,9 @@ FIRST_CHECK_STEPS = 100
 #: CPU seconds the process runs between two sized checks, at least: twenty times what a check
 #: that finds nothing costs (2-5 ms), so such checks take at most ~5% of the work they judge.
 FLOOR_CPU_S = 0.1
+#: ... and at least this many times the CPU the previous check took (one with a census costs
+#: 0.1-0.4 s): an early check takes at most about a twentieth of the work it judges.
+COST_RATIO = 20.0
 
 
 class SizedChecks:
@@ -72,6 +78,8 @@ class SizedChecks:
         self.floor_s = floor_s or 0.0
         self._cpu = cpu
         self._mark = cpu() if self.floor_s else 0.0
+        self._began: float | None = None  # the CPU clock when the check now running began
+        self._wait = self.floor_s  # CPU seconds the next early check waits for
         self._epochs = False
 
     def due_after(self, step: int) -> int:
@@ -84,18 +92,31 @@ class SizedChecks:
                 return due
         return (step // self.cap + 1) * self.cap
 
-    def ready(self) -> bool:
-        """The CPU floor is met: the process ran ``floor_s`` of CPU since the last check."""
-        return not self.floor_s or self._cpu() - self._mark >= self.floor_s
+    def ready(self, due: int | None = None) -> bool:
+        """The CPU floor is met for a check due at step ``due``: the process ran ``floor_s`` of
+        CPU since the last check, and :data:`COST_RATIO` times what that check took (a check at
+        the cap's multiples has no floor)."""
+        if not self.floor_s or (due is not None and due % self.cap == 0):
+            return True
+        now = self._cpu()
+        if now - self._mark < self._wait:
+            return False
+        self._began = now
+        return True
 
     def recheck(self, step: int, due: int) -> int:
-        """A check due at ``due`` waits for the floor: the step at which to ask again."""
-        return step + max(16, due // 8)
+        """A check due at ``due`` waits for the floor: the step at which to ask again (an
+        eighth of the way on, or the cap's next multiple, which never waits)."""
+        return min(step + max(16, due // 8), (step // self.cap + 1) * self.cap)
 
     def checked(self) -> None:
-        """A check just ended: the floor counts from now."""
+        """A check just ended: the floor counts from now, and is what it took times
+        :data:`COST_RATIO`."""
         if self.floor_s:
             self._mark = self._cpu()
+            took = self._mark - self._began if self._began is not None else 0.0
+            self._wait = max(self.floor_s, COST_RATIO * max(took, 0.0))
+            self._began = None
 
     def epoch_ended(self) -> None:
         """An epoch ended: from now on only the cap's multiples (epoch ends are checks)."""

@@ -97,7 +97,7 @@ class Scheduler:
         added, then a check by time. A task's exception propagates (the session owns the
         failure rule); the schedule is kept either way."""
         due = [t for t in self._tasks if step >= t.due]
-        waiting = {id(t) for t in due if t.sized is not None and not t.sized.ready()}
+        waiting = {id(t) for t in due if t.sized is not None and not t.sized.ready(t.due)}
         for t in due:
             if id(t) in waiting:
                 assert t.sized is not None

@@ -26,6 +26,7 @@ is ignored with one warning.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import threading
@@ -205,11 +206,12 @@ class MemWatch:
     def analyzer(self, analyzer: Any) -> None:
         self._checker.use_analyzer(analyzer)
 
-    def plan_run(self, total_steps: int | None = None,
-                 steps_per_epoch: int | None = None) -> None:
+    def plan_run(self, total_steps: int | None = None, steps_per_epoch: int | None = None,
+                 epochs: bool | None = None) -> None:
         """The run's planned length and its epochs' length, when the framework knows them
-        (each ignored when None or already given as an option)."""
-        self._run_plan.plan(total_steps, steps_per_epoch)
+        (each ignored when None or already given as an option); ``epochs=False``: the loop has
+        none (its first checks may judge leaks: :class:`memwatch.session.plan.RunPlan`)."""
+        self._run_plan.plan(total_steps, steps_per_epoch, epochs)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> MemWatch:
@@ -340,10 +342,9 @@ class MemWatch:
         return self._check(summary, "epoch_end")
 
     def _interval_check(self, aligned: bool, step: int, at: str = "interval") -> None:
-        """A check inside the epoch (every ``check_every_n_steps``, ``aligned``: every rank is
-        at this step, so ranks exchange summaries; or every ``check_every_s``), or the last
-        word at close (``at="final"``): the segment since the previous check, and the epoch so
-        far once an epoch ended. Its findings are warned about (``step()`` returns none)."""
+        """A check inside the epoch (by steps, ``aligned``: ranks exchange summaries; or by
+        time), or the last word at close (``at="final"``): the segment since the previous
+        check (and the epoch so far once one ended); its findings are warned about."""
         got = self._checker.interval_summary()
         if got is not None:
             self._check(got[0], at, partial=got[1], exchange=aligned)
@@ -354,10 +355,10 @@ class MemWatch:
         schedule. memwatch's own work in all of it is measured (the run is judged without
         it)."""
         with self._checker.own_work():
-            report = self._checker.check(summary, at, self._epoch, partial=partial,
-                                         exchange=exchange,
-                                         device_snapshot=self._runtime.device_snapshot(
-                                             self.device))
+            report = dataclasses.replace(self._checker.check(
+                summary, at, self._epoch, partial=partial, exchange=exchange,
+                device_snapshot=self._runtime.device_snapshot(self.device)),
+                current=tuple(self.current_findings()))
             self._runtime.on_check(report)
             if self._sinks and summary is not None:
                 self._sinks.check(report)
@@ -365,7 +366,7 @@ class MemWatch:
                 # Once each: inside an epoch (step() returns nothing) a threat is a
                 # MemWatchWarning; every new leak verdict, whatever its severity, at least a
                 # one-line notice.
-                self._warner.tell(report.findings, warn=at != "epoch_end", at=at)
+                self._warner.tell(report.findings, warn=at == "interval", at=at)
                 self._warner.end_check(at, self.config.stage)
             self._sampling.refresh_slow()
             self._scheduler.checked(self.step_count, time.monotonic(),
