@@ -135,8 +135,8 @@ def test_device_leak_joined_to_its_allocation_site() -> None:
 
 
 def test_culprit_says_who_holds_and_where_allocated() -> None:
-    from memwatch.analysis.culprits.evidence import Attribution, Holder
     from memwatch.analysis.culprits.wording import culprit_of
+    from memwatch.analysis.evidence import Attribution, Holder
 
     g = C.GroupGrowth(C.Group("cuda:0", "torch.float32", (33, 7), False, ""), 12, 12 * 1024,
                       [])

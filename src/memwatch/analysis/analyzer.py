@@ -18,11 +18,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from memwatch.analysis.context import AnalyzerConfig, CheckContext, Evidence
-from memwatch.analysis.culprits.evidence import CensusPair
+from memwatch.analysis.context import AnalyzerConfig, CheckContext
+from memwatch.analysis.evidence import CensusPair, Evidence
 from memwatch.analysis.rules import RULES, Rule, RuleInput, dedupe
 from memwatch.analysis.rules.leak.native import IN_USE
-from memwatch.analysis.stats.held import floor_rose, verdict
+from memwatch.analysis.stats.held import floor_rose
 from memwatch.analysis.stats.settle import workers_settled_step
 from memwatch.analysis.stats.shapes import EpochStats, epoch_stats, last_value, read_noise
 from memwatch.core.findings import Finding
@@ -249,7 +249,7 @@ class Analyzer:
             st, hist = stats.get(m), judged.get(m, [])
             if st is None:
                 continue
-            if len(hist) >= 2 and verdict(hist, self.config) == "leak":
+            if len(hist) >= 2 and self.config.held(hist) == "leak":
                 return "verdict"
             held = hist[-1].floor - hist[-2].floor if len(hist) >= 2 else 0.0
             stair = held > max(4 * st.threshold, 0.02 * abs(st.level))

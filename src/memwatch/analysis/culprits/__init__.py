@@ -10,5 +10,5 @@ Python objects :mod:`.weigh`), the holder walk (:mod:`.holders`, one hop at a ti
 allocator's history, judged in :mod:`.traced`), DataLoaders that keep workers (:mod:`.loaders`),
 and one answer to "is this the user's code, or memwatch's own?" (:mod:`.ownership`).
 :class:`.live.LiveEvidence` puts them behind the analyzer's one port
-(:class:`memwatch.analysis.context.Evidence`).
+(:class:`memwatch.analysis.evidence.Evidence`).
 """

@@ -7,7 +7,7 @@ On the host, growth that no live object explains is allocator retention, not a l
 on, allocation sites (:mod:`.allocations`, judged by :mod:`.traced`) add what the census cannot
 see.
 
-The result is one typed :class:`~memwatch.analysis.culprits.evidence.Attribution` record, which
+The result is one typed :class:`~memwatch.analysis.evidence.Attribution` record, which
 the culprit wording (:mod:`.wording`) and the finding's evidence are built from.
 """
 
@@ -22,8 +22,8 @@ from memwatch.analysis.context import AnalyzerConfig, CheckContext
 from memwatch.analysis.culprits import census as census_mod
 from memwatch.analysis.culprits import device_sites, weigh
 from memwatch.analysis.culprits import holders as holders_mod
-from memwatch.analysis.culprits.evidence import Attribution, CensusPair, GroupGrowth
-from memwatch.analysis.culprits.evidence import ContainerGrowth as _Container
+from memwatch.analysis.evidence import Attribution, CensusPair, GroupGrowth
+from memwatch.analysis.evidence import ContainerGrowth as _Container
 from memwatch.analysis.stats.shapes import EpochStats
 
 __all__ = ["alloc_sites_of", "attribute"]

@@ -22,7 +22,7 @@ import weakref
 from typing import Any
 
 from memwatch.analysis.culprits import graphs, ownership, weigh
-from memwatch.analysis.culprits.evidence import Census, Group, GroupGrowth, GroupKey
+from memwatch.analysis.evidence import Census, Group, GroupGrowth, GroupKey
 
 __all__ = ["Census", "Group", "GroupGrowth", "GroupKey", "TooManyObjects", "diff", "take_census",
            "tensor_census", "type_growth"]

@@ -19,11 +19,11 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
-from memwatch.analysis.culprits.evidence import Holder
 from memwatch.analysis.culprits.frames import live_frame_local
 from memwatch.analysis.culprits.names import elements_of, is_index
 from memwatch.analysis.culprits.referrers import HOOK_DICTS, ReferrerGraph, is_root_module
 from memwatch.analysis.culprits.weigh import CONTAINER_TYPES, element_name
+from memwatch.analysis.evidence import Holder
 
 __all__ = ["Holder", "find_holder", "holder_of", "objects_by_ids"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from memwatch.analysis.context import AnalyzerConfig
-from memwatch.analysis.culprits.evidence import Attribution
+from memwatch.analysis.evidence import Attribution
 from memwatch.analysis.stats.shapes import EpochStats
 
 __all__ = ["attribute_traced", "traced_explains"]

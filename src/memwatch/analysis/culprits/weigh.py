@@ -23,8 +23,8 @@ import types
 from typing import Any
 
 from memwatch.analysis.culprits import graphs
-from memwatch.analysis.culprits.evidence import ContainerGrowth
 from memwatch.analysis.culprits.ownership import is_user_file, is_user_module, is_user_type
+from memwatch.analysis.evidence import ContainerGrowth
 
 __all__ = ["CONTAINER_MIN_LEN", "CONTAINER_TYPES", "ContainerGrowth", "Scale", "container_growth",
            "element_name", "new_elements", "objects_for", "untracked_dicts", "weigh_growth",
