@@ -232,7 +232,7 @@ PURE_PACKAGES = ("memwatch.analysis.rules", "memwatch.analysis.stats")
 PURE_MAY_IMPORT = ("memwatch.core", "memwatch.timeline", "memwatch.analysis.stats",
                    "memwatch.analysis.rules", "memwatch.analysis.context",
                    "memwatch.analysis.evidence", "memwatch.analysis.culprits.wording",
-                   "memwatch.analysis.culprits.traced")
+                   "memwatch.analysis.culprits.growth.traced")
 #: Standard-library modules that read the live process: never in a rule.
 LIVE_STDLIB = frozenset({"gc", "tracemalloc", "ctypes", "resource", "psutil", "os", "sys",
                          "inspect", "linecache", "mmap", "signal", "subprocess", "threading"})

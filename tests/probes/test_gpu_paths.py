@@ -13,8 +13,8 @@ import torch
 
 from memwatch.analysis import Analyzer, AnalyzerConfig, CheckContext
 from memwatch.analysis.culprits import attribution as A
-from memwatch.analysis.culprits import census as C
-from memwatch.analysis.culprits import device_sites
+from memwatch.analysis.culprits.census import census as C
+from memwatch.analysis.culprits.growth import device_sites
 from memwatch.core.findings import Finding
 from memwatch.probes.base import outside_allocator, private_pools
 from memwatch.testing import FakeDevice

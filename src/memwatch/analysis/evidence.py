@@ -76,7 +76,7 @@ class Census:
     types: collections.Counter[str]
     elapsed_ms: float
     taken_at: float
-    #: id -> (length, kind) of every container of at least ``weigh.CONTAINER_MIN_LEN`` items
+    #: id -> (length, kind) of every container of at least ``CONTAINER_MIN_LEN`` items
     #: (memwatch's own left out)
     containers: dict[int, tuple[int, str]] = dataclasses.field(default_factory=dict)
     graph_nodes: int = 0

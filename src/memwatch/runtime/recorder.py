@@ -231,7 +231,7 @@ class FlightRecorder:
         import memwatch.core.safepickle  # noqa: F401
 
         try:
-            import memwatch.analysis.culprits.census  # noqa: F401
+            import memwatch.analysis.culprits.census.census  # noqa: F401
         except Exception:  # noqa: BLE001 - the census is optional
             pass
 

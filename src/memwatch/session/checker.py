@@ -130,7 +130,7 @@ class Checker:
                      self._config.tracemalloc_frames)
             return
         try:
-            from memwatch.analysis.culprits.allocations import AllocationTracer
+            from memwatch.analysis.culprits.census.allocations import AllocationTracer
 
             self.tracer = AllocationTracer(self._config.tracemalloc_frames).start()
         except Exception as e:  # noqa: BLE001
@@ -152,7 +152,7 @@ class Checker:
         """tracemalloc that memwatch started: nothing reads it in a forked child."""
         if self.tracer is not None:
             self.tracer = None
-            from memwatch.analysis.culprits.allocations import after_fork_in_child
+            from memwatch.analysis.culprits.census.allocations import after_fork_in_child
 
             after_fork_in_child()
 

@@ -15,10 +15,10 @@ import sys
 from typing import Any
 
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
-from memwatch.analysis.culprits import census as census_mod
 from memwatch.analysis.culprits.attribution import attribute
-from memwatch.analysis.culprits.loaders import dataset_bytes, loaders_with_workers
-from memwatch.analysis.culprits.traced import attribute_traced
+from memwatch.analysis.culprits.census import census as census_mod
+from memwatch.analysis.culprits.growth.traced import attribute_traced
+from memwatch.analysis.culprits.holders.loaders import dataset_bytes, loaders_with_workers
 from memwatch.analysis.evidence import Attribution, CensusPair, CensusRecord, Holder
 from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.core.costs import Costs
