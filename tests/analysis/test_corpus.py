@@ -38,14 +38,17 @@ ALL = [scenarios.load(n).SCENARIO for n in scenarios.NAMES]
 LEAKS = [s for s in ALL if s.is_leak]
 CONTROLS = [s for s in ALL if not s.is_leak]
 #: The raw-series sanity run covers issue 3's corpus and the design part's reproductions added in
-#: issue 23 (not their twins); the reproductions of issue 16, all twins and the synthetic Python
-#: leaks had theirs when written (measured figures in benchmarks/scenarios/reported/README.md) and
-#: run here under the analyzer only, which keeps this module's two corpus runs within a few
-#: minutes.
+#: issues 23, 40 and 41 (not their twins); the reproductions of issue 16, all twins and the
+#: synthetic Python leaks had theirs when written (measured figures in
+#: benchmarks/scenarios/reported/README.md) and run here under the analyzer only, which keeps this
+#: module's two corpus runs within a few minutes.
 ISSUE23_SANITY = ("rep_accelerator_reuse", "rep_eval_outputs_kept", "rep_gradcam_hooks",
                   "rep_rnn_hidden_graph", "rep_sampler_index_list", "rep_val_outputs_stored")
+ISSUE40_41_SANITY = ("rep_numpy_view_bases", "rep_patch_pool_fills", "rep_ring_buffer_prealloc",
+                     "rep_train_outputs_uncleared", "rep_val_outputs_uncleared",
+                     "rep_wsi_cached_property")
 SANITY = [s for s in ALL if not s.name.startswith(("rep_", "fix_", "syn_"))
-          or s.name in ISSUE23_SANITY]
+          or s.name in ISSUE23_SANITY + ISSUE40_41_SANITY]
 SANITY_LEAKS = [s for s in SANITY if s.is_leak]
 SANITY_CONTROLS = [s for s in SANITY if not s.is_leak]
 REPORTED_NON_LEAKS = [s for s in ALL if s.reported and not s.is_leak]
@@ -242,6 +245,21 @@ def test_heldout_part_stays_out_of_the_tests() -> None:
                            source="https://example.org/1", reported=True, split="heldout")
 
 
+def test_growth_fields_are_checked() -> None:
+    """Issues 40 and 41's ``growth``, ``stops_at_step`` and ``eval_every`` are validated."""
+    base = {"name": "ctrl_x", "is_leak": False, "leak_start_epoch": None,
+            "expected_metric": "host", "expected_culprit": None, "description": "x"}
+    with pytest.raises(ValueError, match="growth must be"):
+        scenarios.Scenario(**base, growth="sawtooth")
+    with pytest.raises(ValueError, match="stops_at_step"):
+        scenarios.Scenario(**base, growth="stops")
+    with pytest.raises(ValueError, match="stops_at_step"):
+        scenarios.Scenario(**base, stops_at_step=100)
+    with pytest.raises(ValueError, match="eval_every"):
+        scenarios.Scenario(**base, growth="eval")
+    assert scenarios.Scenario(**base, growth="stops", stops_at_step=100).stops_at_step == 100
+
+
 def test_every_scenario_runs(corpus: dict[str, dict[str, Any]]) -> None:
     failed = {n: r["error"][-400:] for n, r in corpus.items() if "error" in r}
     assert not failed
@@ -302,6 +320,28 @@ def test_control_stops_growing(corpus: dict[str, dict[str, Any]],
     before = min(_epoch_values(raw, key, last - 1, (0.75, 1.0)))
     assert end - before <= CONTROL_TOLERANCE[key], (
         f"{key} still grows at the end: {before / MiB:.2f} -> {end / MiB:.2f} MiB")
+
+
+#: How much a bounded reproduction (``growth="stops"``) must have grown before it stopped, from
+#: its first epoch's floor to the end of the run: each fills 15-30 MiB by design (the README's
+#: checks), three times the controls' tolerance, so a buffer that stayed empty cannot pass as a
+#: bounded one.
+BOUNDED_FILL = 3 * CONTROL_TOLERANCE["host.rss"]
+
+
+@pytest.mark.parametrize("sc", [s for s in SANITY_CONTROLS if s.growth == "stops"],
+                         ids=lambda s: s.name)
+def test_bounded_reproduction_fills_before_it_stops(corpus: dict[str, dict[str, Any]],
+                                                    sc: scenarios.Scenario) -> None:
+    """A bounded buffer really filled (test_control_stops_growing checks that it then stopped)."""
+    raw = _raw(corpus, sc.name)
+    key = SANITY_KEY[sc.expected_metric]
+    last = raw["epochs"] - 1
+    grown = min(_epoch_values(raw, key, last, (0.75, 1.0))) - _floor(raw, key, 0)
+    assert grown >= BOUNDED_FILL, (
+        f"{key} grew {grown / MiB:.2f} MiB from the first epoch's floor to the end of the run; "
+        f"a buffer filling to step {sc.stops_at_step} should add at least "
+        f"{BOUNDED_FILL / MiB:.0f} MiB")
 
 
 def test_worker_cow_control_really_copies_pages(corpus: dict[str, dict[str, Any]]) -> None:
