@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from .. import Scenario
-from .._common import BATCH, CLASSES, IN_DIM, MLP, epochs_loop
+from .._common import BATCH, CLASSES, MLP, epochs_loop, pixel_features
 
 SOURCE = "https://github.com/toshikwa/sac-discrete.pytorch/issues/28"
 FRAME = (4, 96, 96)  # 4 stacked frames, uint8: 36 KiB
@@ -98,13 +98,6 @@ class PixelEnv:
         return frame, float(action % 2), bool(self.rng.random() < 0.02)
 
 
-def _features(states: np.ndarray) -> torch.Tensor:
-    """IN_DIM pixels of each observation, evenly spaced, scaled to [0, 1]."""
-    flat = states.reshape(len(states), -1)
-    stride = flat.shape[1] // IN_DIM
-    return torch.from_numpy(flat[:, ::stride][:, :IN_DIM].astype(np.float32) / 255.0)
-
-
 def _run(mw: Any, epochs: int, steps_per_epoch: int, capacity: int) -> list[list[Any]]:
     torch.manual_seed(0)
     model = MLP()
@@ -117,13 +110,13 @@ def _run(mw: Any, epochs: int, steps_per_epoch: int, capacity: int) -> list[list
     def step(epoch: int, i: int) -> None:
         nonlocal state
         with torch.no_grad():
-            action = int(model(_features(state[None])).argmax()) % CLASSES
+            action = int(model(pixel_features(state[None])).argmax()) % CLASSES
         next_state, reward, done = env.step(action)
         memory.append(state, action, reward, next_state, done)
         state = env.step(0)[0] if done else next_state
         states, actions = memory.sample(rng, BATCH)
         opt.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(model(_features(states)),
+        loss = nn.functional.cross_entropy(model(pixel_features(states)),
                                            torch.from_numpy(actions % CLASSES))
         loss.backward()
         opt.step()

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from .. import Scenario
-from .._common import BATCH, CLASSES, IN_DIM, MLP, epochs_loop
+from .._common import BATCH, CLASSES, MLP, epochs_loop, pixel_features
 
 SOURCE = "https://github.com/MishaLaskin/curl/issues/10"
 OBS = (9, 84, 84)  # 3 stacked RGB frames, uint8: 63.5 KiB
@@ -76,13 +76,6 @@ class ReplayBuffer:
         return self.obses[idxs], self.actions[idxs]
 
 
-def _features(obses: np.ndarray) -> torch.Tensor:
-    """IN_DIM pixels of each observation, evenly spaced, scaled to [0, 1]."""
-    flat = obses.reshape(len(obses), -1)
-    stride = flat.shape[1] // IN_DIM
-    return torch.from_numpy(flat[:, ::stride][:, :IN_DIM].astype(np.float32) / 255.0)
-
-
 def _run(mw: Any, epochs: int, steps_per_epoch: int, capacity: int) -> list[list[Any]]:
     torch.manual_seed(0)
     model = MLP()
@@ -101,7 +94,7 @@ def _run(mw: Any, epochs: int, steps_per_epoch: int, capacity: int) -> list[list
         obses, actions = buffer.sample(rng, BATCH)
         target = torch.from_numpy((actions[:, 0] > 0).astype(np.int64) * (CLASSES - 1))
         opt.zero_grad(set_to_none=True)
-        nn.functional.cross_entropy(model(_features(obses)), target).backward()
+        nn.functional.cross_entropy(model(pixel_features(obses)), target).backward()
         opt.step()
 
     return epochs_loop(mw, epochs, steps_per_epoch, step)
