@@ -375,30 +375,6 @@ def test_fragmentation_controls_grow_reserved_not_allocated(corpus: dict[str, di
 
 
 # --------------------------------------------------------------------------- issue 3 targets
-@pytest.mark.parametrize("sc", LEAKS, ids=lambda s: s.name)
-def test_leak_found_by_second_epoch(rows: dict[str, dict[str, Any]],
-                                    sc: scenarios.Scenario) -> None:
-    r = rows[sc.name]
-    assert "error" not in r, r.get("error")
-    mw = r["memwatch"]
-    assert mw["detected"], (
-        f"no leak verdict on {sc.expected_metric}.* by epoch "
-        f"{sc.leak_start_epoch + bench.DEADLINE_EPOCHS} "
-        f"(first at {mw['first_epoch']}); findings seen: {r['kinds_seen']}")
-    assert not mw["early"], f"leak verdict before the leak started: {mw['verdict_epochs']}"
-
-
-@pytest.mark.parametrize("sc", CONTROLS, ids=lambda s: s.name)
-def test_no_leak_verdict_on_control(rows: dict[str, dict[str, Any]],
-                                    sc: scenarios.Scenario) -> None:
-    r = rows[sc.name]
-    assert "error" not in r, r.get("error")
-    assert not r["memwatch"]["false_alarm"], (
-        f"false leak verdict at epochs {r['memwatch']['verdict_epochs']} on "
-        f"{r['memwatch']['metrics']}; findings seen: {r['kinds_seen']}; what the verdict "
-        f"stood on: {[(f.get('message'), f.get('evidence')) for f in _false_findings(r)]}")
-
-
 #: Issue 23's targets on the design part that the analyzer does not meet yet, as strict xfails:
 #: each fails the run the day memwatch meets it, so the marker goes with the fix. (The two
 #: written with the corpus, rep_rnn_hidden_graph's holder and rep_eval_outputs_kept's bounded
@@ -424,7 +400,49 @@ def _params(scs: list[scenarios.Scenario],
     return [pytest.param(s, marks=marks[s.name]) if s.name in marks else s for s in scs]
 
 
-@pytest.mark.parametrize("sc", _params([s for s in LEAKS if s.expected_culprit], ISSUE23_MISSES),
+#: Issues 40 and 41's design reproductions whose targets the analyzer misses at their base
+#: (`763b8cf`, two runs of ``bench_detection.py --quick --split all``; reported/README.md).
+ISSUE40_41_MISSES: dict[str, pytest.MarkDecorator] = {
+    # Strict: found at the 2nd check in both runs, but named "DataLoader worker processes (2):
+    # per-worker growth in the Dataset": the main process takes no census inside a worker
+    # (issue 41, item 5), so the workers' ``WsiDataset._wsi`` cannot be named yet.
+    "rep_wsi_cached_property": pytest.mark.xfail(strict=True, reason=(
+        "a worker's Dataset attribute is not named (no census inside workers)")),
+    # Not strict: a deque(maxlen=12800) full at step 200 drew no finding in one run and, in the
+    # other, a leak verdict at the end of epoch 1 naming the full deque (issue 40's first case).
+    # A verdict that changes from run to run is a bug.
+    "rep_patch_pool_fills": pytest.mark.xfail(strict=False, reason=(
+        "a bounded deque that fills mid-run: no finding or a leak verdict, depending on the run")),
+}
+#: Every design target the analyzer misses today, by scenario.
+DESIGN_MISSES = {**ISSUE23_MISSES, **ISSUE40_41_MISSES}
+
+
+@pytest.mark.parametrize("sc", LEAKS, ids=lambda s: s.name)
+def test_leak_found_by_second_epoch(rows: dict[str, dict[str, Any]],
+                                    sc: scenarios.Scenario) -> None:
+    r = rows[sc.name]
+    assert "error" not in r, r.get("error")
+    mw = r["memwatch"]
+    assert mw["detected"], (
+        f"no leak verdict on {sc.expected_metric}.* by epoch "
+        f"{sc.leak_start_epoch + bench.DEADLINE_EPOCHS} "
+        f"(first at {mw['first_epoch']}); findings seen: {r['kinds_seen']}")
+    assert not mw["early"], f"leak verdict before the leak started: {mw['verdict_epochs']}"
+
+
+@pytest.mark.parametrize("sc", _params(CONTROLS, ISSUE40_41_MISSES), ids=lambda s: s.name)
+def test_no_leak_verdict_on_control(rows: dict[str, dict[str, Any]],
+                                    sc: scenarios.Scenario) -> None:
+    r = rows[sc.name]
+    assert "error" not in r, r.get("error")
+    assert not r["memwatch"]["false_alarm"], (
+        f"false leak verdict at epochs {r['memwatch']['verdict_epochs']} on "
+        f"{r['memwatch']['metrics']}; findings seen: {r['kinds_seen']}; what the verdict "
+        f"stood on: {[(f.get('message'), f.get('evidence')) for f in _false_findings(r)]}")
+
+
+@pytest.mark.parametrize("sc", _params([s for s in LEAKS if s.expected_culprit], DESIGN_MISSES),
                          ids=lambda s: s.name)
 def test_culprit_named(rows: dict[str, dict[str, Any]], sc: scenarios.Scenario) -> None:
     r = rows[sc.name]
@@ -453,7 +471,7 @@ _ACCUMULATION_MISS = pytest.mark.xfail(strict=True, reason=(
 
 @pytest.mark.parametrize("sc", [pytest.param(s, marks=_ACCUMULATION_MISS)
                                 if s.expected_kind == "accumulation" else
-                                _params([s], ISSUE23_MISSES)[0]
+                                _params([s], DESIGN_MISSES)[0]
                                 for s in REPORTED_NON_LEAKS], ids=lambda s: s.name)
 def test_reported_non_leak_said_for_what_it_is(rows: dict[str, dict[str, Any]],
                                                sc: scenarios.Scenario) -> None:
@@ -466,7 +484,7 @@ def test_reported_non_leak_said_for_what_it_is(rows: dict[str, dict[str, Any]],
         f"expected {sc.expected_kind}; said {r['reported_score'].get('said')}")
 
 
-@pytest.mark.parametrize("sc", _params([s for s in LEAKS if s.reported], ISSUE23_MISSES),
+@pytest.mark.parametrize("sc", _params([s for s in LEAKS if s.reported], DESIGN_MISSES),
                          ids=lambda s: s.name)
 def test_reported_leak_of_the_right_kind(rows: dict[str, dict[str, Any]],
                                          sc: scenarios.Scenario) -> None:
