@@ -12,12 +12,15 @@ patches (our arithmetic: about 4 epochs of Market-1501's 12,936 training images)
 replaced, not extended, after. Labelled by those findings: growth that stops at the pool's
 bound, not a leak.
 
-Reproduction: person re-identification-style training on 3 x 64 x 32 ``uint8`` images, batch 64,
-each image passed through ``RandomPatch`` in the main process (``num_workers=0``) with a pool of
-``POOL`` patches (patches of 1-50% of the image: about 1.5 KiB each on average, ~100 KiB a step).
-The pool is full after ``POOL / 64`` steps, in the second epoch at the quick sizes; memory is
-flat after. A correct verdict is bounded (a plateau), not a leak. Twin: ``fix_patch_pool_fills``
-(a pool of 640 patches, full within the warm-up).
+Reproduction: person re-identification-style training on 3 x 64 x 32 ``uint8`` images (a
+training set of ``IMAGES`` decoded images in memory, read in order), batch 64: each image is
+copied into the batch and passed through ``RandomPatch`` in the main process (``num_workers=0``),
+which pastes in place, with a pool of ``POOL`` patches (patches of 1-50% of the image, about
+1.7 KiB each on average: glibc's in-use bytes grow by ~107 KB a step while the pool fills, 21 MiB
+in all; RSS by about three times that, as patches of random sizes and their replacements
+fragment the heap). The pool is full after ``POOL / 64`` steps, in the second epoch at the quick
+sizes; memory is flat after. A correct verdict is bounded (a plateau), not a leak. Twin:
+``fix_patch_pool_fills`` (a pool of 640 patches, full within the warm-up).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from .._common import BATCH, CLASSES, IN_DIM, MLP, epochs_loop
 SOURCE = "https://github.com/JDAI-CV/fast-reid/issues/673"
 IMAGE = (3, 64, 32)  # C, H, W; uint8: 6 KiB
 FILL_STEPS = 200
+IMAGES = 1024  # the training set, in memory: 6 MiB
 POOL = FILL_STEPS * BATCH  # one patch per image: full at step 200
 
 SCENARIO = Scenario(
@@ -89,8 +93,7 @@ class RandomPatch:
         patch = self.patchpool[self.rng.randrange(len(self.patchpool))]
         _, ph, pw = patch.shape
         x1, y1 = self.rng.randint(0, width - pw), self.rng.randint(0, height - ph)
-        img = img.copy()
-        img[:, y1:y1 + ph, x1:x1 + pw] = patch
+        img[:, y1:y1 + ph, x1:x1 + pw] = patch  # pasted in place, as PIL's Image.paste does
         return img
 
 
@@ -100,12 +103,18 @@ def _run(mw: Any, epochs: int, steps_per_epoch: int, pool_capacity: int) -> list
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     transform = RandomPatch(pool_capacity)
     rng = np.random.default_rng(0)
+    # The decoded training images (Market-1501-like crops), read in order, batch by batch.
+    images = rng.integers(0, 256, size=(IMAGES, *IMAGE), dtype=np.uint8)
+    batch = np.empty((BATCH, *IMAGE), dtype=np.uint8)
     stride = math.prod(IMAGE) // IN_DIM
 
     def step(epoch: int, i: int) -> None:
-        images = rng.integers(0, 256, size=(BATCH, *IMAGE), dtype=np.uint8)  # decoded images
-        batch = np.stack([transform(img) for img in images]).reshape(BATCH, -1)
-        x = torch.from_numpy(batch[:, ::stride][:, :IN_DIM].astype(np.float32) / 255.0)
+        start = (epoch * steps_per_epoch + i) * BATCH % IMAGES
+        for k in range(BATCH):
+            batch[k] = images[start + k]  # "decoded" into the batch, then augmented in place
+            transform(batch[k])
+        flat = batch.reshape(BATCH, -1)[:, ::stride][:, :IN_DIM]
+        x = torch.from_numpy(flat.astype(np.float32) / 255.0)
         y = torch.from_numpy(rng.integers(0, CLASSES, size=BATCH))
         opt.zero_grad(set_to_none=True)
         nn.functional.cross_entropy(model(x), y).backward()
