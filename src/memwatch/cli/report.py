@@ -44,7 +44,8 @@ class ReportCommand(Command):
             raise MemwatchError(f"-o {out} is a directory; name a file, e.g. "
                                 f"-o {out / 'report.html'}")
         try:
-            if os.path.isfile(src) and src.lower().endswith(_EXPORT_SUFFIXES):
+            if src.lower().endswith(_EXPORT_SUFFIXES) and not os.path.isdir(src):
+                # (a FIFO or a device named like an export is refused by the reader)
                 html = render(from_export(src))
             else:
                 if is_output_dir(Path(src)):
