@@ -7,8 +7,9 @@ sizes kept consistent most of the time, so the content is what gets read), then 
 ``memwatch inspect``, ``ls`` and now and then ``report`` on it. Every answer must be exit code 0,
 or 2 with one line on stderr; nothing may escape as a traceback or print a terminal control
 character, and no case may end in the CLI's last resort ("malformed input ... please report
-this", :data:`memwatch.cli.CAUGHT_MALFORMED`): the readers refuse bad input themselves. Bounded: a fixed seed, at most :data:`CASES` cases and :data:`BUDGET_S` seconds (a
-loaded machine runs fewer cases, never fewer than :data:`MIN_CASES`).
+this", :data:`memwatch.cli.CAUGHT_MALFORMED`): the readers refuse bad input themselves.
+Bounded: a fixed seed, at most :data:`CASES` cases and :data:`BUDGET_S` seconds (a loaded
+machine runs fewer cases, never fewer than :data:`MIN_CASES`).
 """
 
 from __future__ import annotations

@@ -225,3 +225,65 @@ def test_report_on_a_log_beside_a_fifo_or_dev_zero_refuses_in_one_line_at_once(
     assert "malformed input" not in lines[0] and "Traceback" not in proc.stderr
     assert not (tmp_path / "r.html").exists()
     assert took < 20, took  # an interpreter start; the refusal itself is a stat
+
+
+# --------------------------------------------------------------------------- found and bounded
+def test_inspect_of_a_record_whose_sample_step_is_null(real: Artefacts, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the property tests: the sample table formatted a null step with ``:>8``."""
+    d = tmp_path / "out" / "blackbox"
+    d.mkdir(parents=True)
+    doc = json.loads(real.record.read_text())
+    assert doc["samples"]
+    doc["samples"][-1]["step"] = None
+    (d / real.record.name).write_text(json.dumps(doc))
+    assert main(["inspect", str(d / real.record.name)]) == 0
+    assert "None" in capsys.readouterr().out
+
+
+def test_an_export_charts_a_bounded_number_of_metrics_and_steps(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import memwatch.report.exports as exports
+
+    monkeypatch.setattr(exports, "MAX_STEPS", 50)
+    p = tmp_path / "wide.jsonl"
+    with open(p, "w") as f:
+        for step in range(100):
+            f.write(json.dumps({"step": step, **{f"host.m{i}": i for i in range(300)}}) + "\n")
+    d = from_export(p)
+    assert len(d.values) == 64 and d.steps == list(range(50))
+    assert any("More than 64 metrics" in n for n in d.notes)
+    assert any("More than 50 steps" in n for n in d.notes)
+    # Columnar JSON: the work follows the values, not steps x columns.
+    cols = {"step": list(range(10**6)), **{f"host.c{i}": [1.0] for i in range(1000)}}
+    j = tmp_path / "wide.json"
+    j.write_text(json.dumps({"samples": cols}))
+    t0 = time.monotonic()
+    d = from_export(j)
+    assert d.steps == [0] and len(d.values) == 64 and time.monotonic() - t0 < 10
+
+
+def test_a_timeline_header_of_thousands_of_keys(bundle: Path) -> None:
+    lines = (bundle / "timeline.jsonl").read_text().splitlines()
+    head = json.loads(lines[0])
+    head["keys"] = [f"host.k{i}" for i in range(5000)]
+    set_file(bundle, "timeline.jsonl", "\n".join([json.dumps(head), *lines[1:]]) + "\n")
+    with pytest.raises(BundleError, match="holds 5000 items, over 4096"):
+        list(open_bundle(bundle).timeline())
+    head["keys"] = [*head["keys"][:100]]
+    set_file(bundle, "timeline.jsonl", "\n".join([json.dumps(head), *lines[1:]]) + "\n")
+    from memwatch.report.data import from_bundle
+
+    d = from_bundle(open_bundle(bundle))
+    assert len(d.values) == 64 and any("only the first 64" in n for n in d.notes)
+
+
+def test_nan_and_infinity_in_a_log_are_no_reading(log: Path) -> None:
+    """Python's json writes NaN and Infinity (memwatch writes null): they read as no value."""
+    with open(log, "a") as f:
+        f.write('{"event": "sample", "step": 100000, "metrics": {"host.rss": NaN, '
+                '"host.uss": Infinity, "device.allocated": 1e999, "host.pss": 7}}\n')
+    d = from_export(log)
+    assert d.steps[-1] == 100000
+    assert d.values["host.rss"][-1] is None and d.values["host.uss"][-1] is None
+    assert d.values["device.allocated"][-1] is None and d.values["host.pss"][-1] == 7.0
