@@ -51,7 +51,7 @@ from fuzz_artefacts import (
 )
 
 #: Seconds of examples per reader (the whole suite: about six times this).
-BUDGET_S = float(os.environ.get("MEMWATCH_FUZZ_BUDGET_S", "8"))
+BUDGET_S = float(os.environ.get("MEMWATCH_FUZZ_BUDGET_S", "7"))
 #: Most examples per reader (the budget usually ends them first).
 MAX_EXAMPLES = 1000
 #: Longest one example may take (reading, rendering and the CLI; a loaded machine is slower).

@@ -287,3 +287,13 @@ def test_nan_and_infinity_in_a_log_are_no_reading(log: Path) -> None:
     assert d.steps[-1] == 100000
     assert d.values["host.rss"][-1] is None and d.values["host.uss"][-1] is None
     assert d.values["device.allocated"][-1] is None and d.values["host.pss"][-1] == 7.0
+
+
+def test_a_snapshot_whose_frame_length_is_2_to_the_64_is_refused() -> None:
+    """Found by benchmarks/bench_fuzz_readers.py: the unpickler raised OverflowError."""
+    from memwatch.core import safepickle
+    from memwatch.core.errors import UnsafePickleError
+
+    data = b"\x80\x04\x95" + (2**64 - 1).to_bytes(8, "little") + b"}."
+    with pytest.raises(UnsafePickleError, match="truncated or corrupted"):
+        safepickle.loads(data)
