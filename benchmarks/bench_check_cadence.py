@@ -63,7 +63,7 @@ def long_run(steps: int, block: int = 10_000) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         sessions = {label: memwatch.MemWatch(device="cpu", workers=False, signals=False,
                                              out_dir=f"{tmp}/{i}", check_every_n_steps=every,
-                                             report="none", warn=False)
+                                             run_report="none", warn=False)
                     for i, (label, every) in enumerate(SETTINGS)}
         cpu: dict[str, list[float]] = {label: [] for label in sessions}
         check_cpu: dict[str, list[float]] = {label: [] for label in sessions}
@@ -106,7 +106,7 @@ torch.set_num_threads(1)
 train, cache = _Train(), {{}}
 with tempfile.TemporaryDirectory() as tmp:
     with memwatch.watch(device="cpu", workers=False, signals=False, out_dir=tmp,
-                        check_every_n_steps={every!r}, report="none", warn=False) as mw:
+                        check_every_n_steps={every!r}, run_report="none", warn=False) as mw:
         for step in range(1200):
             train()
             cache[step] = bytearray(100 * 1024)

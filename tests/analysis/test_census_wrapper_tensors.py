@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from memwatch.analysis.culprits import census as C
-from memwatch.analysis.culprits import graphs as G
+from memwatch.analysis.culprits.census import census as C
+from memwatch.analysis.culprits.census import graphs as G
 
 
 class Wrapper(torch.Tensor):

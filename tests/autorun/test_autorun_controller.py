@@ -27,7 +27,7 @@ def make(tmp_path: Path) -> Iterator[Any]:
 
     def build(**options: Any) -> Controller:
         opts = {"workers": False, "out_dir": str(tmp_path / "out"), **options}
-        ctl = Controller(Plan(Target(script="train.py"), {"report": "tables", **opts}))
+        ctl = Controller(Plan(Target(script="train.py"), {"run_report": "tables", **opts}))
         ctl.on_import("torch", torch)
         made.append(ctl)
         return ctl

@@ -172,7 +172,7 @@ def test_only_the_target_process_is_watched(script: Path) -> None:
 
 def test_the_plan_round_trips_and_a_bad_one_is_refused() -> None:
     plan = Plan(Target(module="pkg.train"), {"check_every_n_steps": 100, "bundle_on": ["oom"],
-                                             "report": "tables"})
+                                             "run_report": "tables"})
     assert read_plan(json.loads(plan.encode())) == plan
     with pytest.raises(ValueError, match="version 2"):
         read_plan({"version": 99})

@@ -23,7 +23,7 @@ def _run(out: Path, leak: bool = True, **options: Any) -> memwatch.MemWatch:
     dev = FakeDevice(total_bytes=256 * MIB)
     with memwatch.watch(device=dev, host=False, workers=False, out_dir=out, signals=False,
                         check_every_n_steps=100, check_every_s=None, warn=False,
-                        report="tables", **options) as mw:
+                        run_report="tables", **options) as mw:
         for s in range(400):
             dev.set(allocated=(16 + (s if leak else 0) // 4) * MIB)
             mw.step()
@@ -91,7 +91,7 @@ def test_the_ranks_of_a_finished_job_are_one_job(tmp_path: Path,
 def test_ls_shows_the_rank_its_json_shows(tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     mw = memwatch.MemWatch(device="cpu", workers=False, out_dir=tmp_path, signals=False,
-                           report="none")
+                           run_report="none")
     mw.start()
     mw.step()
     path = mw.dump("a look")
@@ -121,7 +121,7 @@ def test_an_end_of_run_bundle_is_no_failure(tmp_path: Path) -> None:
 
     sink = WantsOne()
     with memwatch.watch(device="cpu", workers=False, out_dir=tmp_path, signals=False,
-                        sinks=[sink], report="none") as mw:
+                        sinks=[sink], run_report="none") as mw:
         mw.step()
     (path,) = sink.got
     assert path.parent == tmp_path / "end_of_run" and not (tmp_path / "oom").exists()

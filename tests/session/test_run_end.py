@@ -146,7 +146,7 @@ def test_a_run_that_raises_says_so_in_its_summary(tmp_path: Path) -> None:
                                                                          "summary.json"})])
 def test_report_option(tmp_path: Path, report: str, files: set[str]) -> None:
     with memwatch.watch(device="cpu", workers=False, out_dir=tmp_path, signals=False,
-                        blackbox_every_s=None, recorder=False, report=report) as mw:
+                        blackbox_every_s=None, recorder=False, run_report=report) as mw:
         mw.step()
     assert {p.name for p in tmp_path.iterdir()} == files
     if report == "tables":

@@ -53,7 +53,7 @@ __all__ = ["GRACE_INTERVALS", "RUN_DEFAULTS", "Controller"]
 GRACE_INTERVALS = 60
 #: Where ``memwatch run``'s defaults differ from ``memwatch.watch()``'s: the console says each
 #: verdict (no MemWatchWarning in the script), and the report at exit has its charts.
-RUN_DEFAULTS: dict[str, Any] = {"warn": False, "report": "full"}
+RUN_DEFAULTS: dict[str, Any] = {"warn": False, "run_report": "full"}
 #: Modes in which the optimizer hook has nothing left to decide.
 _SETTLED = ("adapter", "user", "off")
 _MARK = "_memwatch_autorun"
@@ -324,7 +324,7 @@ class Controller:
         short-lived session writes the bundle its class calls for (OOMs by default)."""
         opts = {**self.session_options(), "analyze": False, "signals": False,
                 "watchdog": False, "blackbox_every_s": None, "sinks": [self.console],
-                "report": "none"}
+                "run_report": "none"}
         self._starting = True
         mw = MemWatch(**opts).start()
         self._starting = False

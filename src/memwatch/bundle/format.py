@@ -342,7 +342,7 @@ def add_file(path: str | os.PathLike[str], fname: str, text: str,
         part = f".{fname}.{secrets.token_hex(6)}.part"
         pfd = create_file(fd, part, share)
         try:
-            with open(pfd, "w", encoding="utf-8") as f:
+            with open(pfd, "w", encoding="utf-8", errors="replace") as f:  # lone surrogates
                 f.write(text)
             size = os.stat(part, dir_fd=fd, follow_symlinks=False).st_size
             files = dict(doc.get("files") or {})

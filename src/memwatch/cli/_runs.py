@@ -106,7 +106,7 @@ def finished_html(paths: Sequence[str | os.PathLike[str]], where: str) -> str:
     report = got.report
     if report is None:
         raise BundleError(f"{got.out_dir}: the run that ended there wrote no report.html "
-                          "(report='none'); `memwatch inspect` shows its summary.json")
+                          "(run_report='none'); `memwatch inspect` shows its summary.json")
     print(f"memwatch: no bundle under {where}; shown: the run that ended there "
           f"({got.doc.get('ended_utc')}), {report}", file=sys.stderr)
     try:

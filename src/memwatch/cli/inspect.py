@@ -130,7 +130,7 @@ def _blackbox(path: Path, rows: int) -> int:
         for s in samples[-rows:]:
             vals = s.get("values") or {}
             cells = " ".join(f"{fmt_bytes(vals[c]) if c in vals else '-':>19}" for c in cols)
-            print(f"  {float(s.get('t') or 0.0) - t_end:>8.1f} {s.get('step'):>8} {cells}")
+            print(f"  {float(s.get('t') or 0.0) - t_end:>8.1f} {s.get('step')!s:>8} {cells}")
     findings = doc.get("findings") or []
     print(f"\nFindings ({len(findings)}):" if findings else "\nNo findings.")
     for f in findings:

@@ -58,7 +58,9 @@ class ReportCommand(Command):
             raise MemwatchError(f"-o {out} is a directory; name a file, e.g. "
                                 f"-o {out / 'report.html'}")
         try:
-            if len(srcs) == 1 and os.path.isfile(src) and src.lower().endswith(_EXPORT_SUFFIXES):
+            if (len(srcs) == 1 and src.lower().endswith(_EXPORT_SUFFIXES)
+                    and not os.path.isdir(src)):
+                # (a FIFO or a device named like an export is refused by the reader)
                 html = render(from_export(src))
             elif len(srcs) > 1 or is_output_dir(Path(src)):
                 html = _from_dirs(srcs, args.job)

@@ -209,7 +209,8 @@ def write_html(html: str, path: str | os.PathLike[str]) -> Path:
     except OSError as e:  # name the file asked for, not the temporary one
         raise OSError(e.errno, e.strerror, str(out)) from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        # A lone surrogate (a file name that is not UTF-8) is written as "?", never raised.
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
             f.write(html)
         os.replace(tmp, out)
     except BaseException as e:

@@ -8,7 +8,7 @@
   ended.
 
 Within the costs memwatch keeps: the report's charts (plotly.js inlined, about 5 MB, ~0.05 s of
-CPU to write) are drawn when ``report="full"``, or with ``"auto"`` when that work keeps memwatch
+CPU to write) are drawn when ``run_report="full"``, or with ``"auto"`` when that work keeps memwatch
 within its budget of the run (1% of its CPU time: a run of a few seconds or more); otherwise the
 tables alone (a few KiB). A report over ``max_bundle_bytes`` is written without charts. Nothing
 here raises: a failure logs one warning and the run ends as it would have.
@@ -55,7 +55,7 @@ __all__ = ["RENDER_CPU_S", "Answer", "Ending", "ending", "leave_answer"]
 log = logging.getLogger("memwatch")
 
 #: CPU seconds a report with charts costs to write (measured: 0.03-0.08 s, plotly.js inlined):
-#: what ``report="auto"`` asks of the budget before drawing them.
+#: what ``run_report="auto"`` asks of the budget before drawing them.
 RENDER_CPU_S = 0.05
 
 
@@ -137,7 +137,7 @@ def summary_doc(mw: LiveRun, end: Ending, root: Path, report: str | None,
     own = [f for f in current if not f.kind.startswith("rank_")]
     ranks = [f for f in current if f.kind.startswith("rank_")]
     doc = {
-        "run_id": getattr(mw.recorder, "run_id", None),
+        "run_id": getattr(getattr(mw.recorder, "maker", None), "run_id", None),
         "started_utc": _utc(started if started is not None else now), "ended_utc": _utc(now),
         "ended_unix": now, "host": socket.gethostname(), "pid": os.getpid(),
         "rank": rank.get("rank", 0), "local_rank": rank.get("local_rank", 0),
@@ -162,10 +162,10 @@ def _report_html(mw: LiveRun, charts: bool, max_bytes: int) -> bytes:
 
     data = from_run(mw)
     if not charts:
-        data.notes.insert(0, "Charts are left out (report='tables', or report='auto' in a run "
-                             "this short: drawing them would take more than memwatch's budget "
-                             "of it); MemWatch(report='full'), or `memwatch run --report full`, "
-                             "draws them.")
+        data.notes.insert(0, "Charts are left out (run_report='tables', or run_report='auto' "
+                             "in a run this short: drawing them would take more than "
+                             "memwatch's budget of it); MemWatch(run_report='full'), or "
+                             "`memwatch run --report full`, draws them.")
         return render(data, with_charts=False).encode()
     html = render(data).encode()
     if len(html) > max_bytes:
@@ -204,7 +204,7 @@ class Answer:
 
     Attributes:
         report_path, summary_path: what it wrote (None before the close, or when not written:
-            ``report="none"``, an evaluation session, a failure to write).
+            ``run_report="none"``, an evaluation session, a failure to write).
     """
 
     def __init__(self, config: WatchConfig) -> None:
@@ -223,8 +223,9 @@ class Answer:
         """The session closed: its report and summary (training sessions only: an evaluation
         session's verdicts are the training session's to tell)."""
         cfg = self._config
-        if self._paths is None or cfg.report == "none" or cfg.stage != "train":
+        if self._paths is None or cfg.run_report == "none" or cfg.stage != "train":
             return
-        charts = cfg.report == "full" or (cfg.report == "auto" and costs.allows(RENDER_CPU_S))
+        mode = cfg.run_report
+        charts = mode == "full" or (mode == "auto" and costs.allows(RENDER_CPU_S))
         self.report_path, self.summary_path = leave_answer(
             mw, cfg, self._paths.root, ending(in_flight()), charts, self._started)

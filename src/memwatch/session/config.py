@@ -200,7 +200,7 @@ class WatchConfig:
     #: 5 MB) when drawing them keeps memwatch within its 1% budget of the run, the tables alone
     #: (a few KiB) otherwise; ``"full"``: always the charts; ``"tables"``; ``"none"``: neither
     #: file.
-    report: str = option("auto", v.choice("auto", "full", "tables", "none"),
+    run_report: str = option("auto", v.choice("auto", "full", "tables", "none"),
                          Flag("--report", "str", "OUT_DIR/report.html and summary.json at the "
                               "end: full (charts, the default of memwatch run), tables, auto "
                               "(charts when cheap), none"))

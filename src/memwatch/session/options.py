@@ -65,7 +65,7 @@ class AdapterOptions(TypedDict, total=False):
     record_history: bool
     signals: bool
     bundle_report: str
-    report: str
+    run_report: str
     watchdog: Any
     sinks: Sequence[Any] | SinkSet | None
     tracemalloc: bool | int

@@ -10,34 +10,32 @@ shows a significant trend (RSS rises in stairs while the C allocator fills its f
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from memwatch.analysis.stats.shapes import EpochStats
 
-if TYPE_CHECKING:
-    from memwatch.analysis.context import AnalyzerConfig
-
 __all__ = ["floor_rose", "verdict", "worth_reporting"]
 
 
-def verdict(hist: list[EpochStats], cfg: AnalyzerConfig) -> str:
-    """'leak', 'accumulation', 'decelerating', 'pending' or 'none' for the latest epoch."""
+def verdict(hist: list[EpochStats], carry_fraction: float, deceleration: float) -> str:
+    """'leak', 'accumulation', 'decelerating', 'pending' or 'none' for the latest unit:
+    ``carry_fraction`` is the share of the previous unit's rise that must still be held,
+    ``deceleration`` the share of its slope under which growth is saturating
+    (:class:`memwatch.AnalyzerConfig`'s fields of those names)."""
     cur = hist[-1]
     prev = hist[-2] if len(hist) >= 2 else None
     if prev is not None:
         prev_gain = max(prev.rise, prev.growth if prev.shape == "growing" else 0.0)
         held = cur.floor - prev.floor
         # The previous unit rose, and this one still holds (most of) that rise.
-        carried = prev_gain > prev.threshold and held >= cfg.carry_fraction * prev_gain
+        carried = prev_gain > prev.threshold and held >= carry_fraction * prev_gain
     if cur.shape == "growing":
         if prev is None:
             return "pending"  # one epoch cannot tell a leak from epoch-scoped accumulation
         # A saturating curve (a cache filling, pools settling) keeps growing, only slower every
         # epoch: a leak keeps its rate.
         decelerating = prev.shape == "growing" and \
-            cur.trend.slope_high < cfg.deceleration * prev.slope
+            cur.trend.slope_high < deceleration * prev.slope
         if carried and held > cur.threshold * 0.5 and not decelerating:
             return "leak"
         if decelerating:
@@ -70,9 +68,10 @@ def verdict(hist: list[EpochStats], cfg: AnalyzerConfig) -> str:
     return "none"
 
 
-def worth_reporting(cur: EpochStats, amount: float, cfg: AnalyzerConfig) -> bool:
-    """Informational findings only for changes a person would care about."""
-    return amount >= max(cfg.shape.min_growth_bytes, cfg.info_min_rel * abs(cur.level))
+def worth_reporting(cur: EpochStats, amount: float, min_bytes: float, min_rel: float) -> bool:
+    """Informational findings only for changes a person would care about: at least
+    ``min_bytes`` and ``min_rel`` of the level."""
+    return amount >= max(min_bytes, min_rel * abs(cur.level))
 
 
 def floor_rose(hist: list[EpochStats]) -> bool:

@@ -18,8 +18,8 @@ import logging
 from collections.abc import Mapping
 
 from memwatch.analysis.context import AnalyzerConfig
-from memwatch.analysis.culprits.evidence import Attribution
 from memwatch.analysis.culprits.wording import culprit_of
+from memwatch.analysis.evidence import Attribution
 from memwatch.analysis.rules.base import Rule, RuleInput
 from memwatch.analysis.rules.leak import mapped_file, native
 from memwatch.analysis.rules.words import (
@@ -31,8 +31,7 @@ from memwatch.analysis.rules.words import (
     span,
     where,
 )
-from memwatch.analysis.stats.forecast import consequence, forecast, remaining_steps
-from memwatch.analysis.stats.held import verdict, worth_reporting
+from memwatch.analysis.stats.forecast import forecast
 from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.core.findings import Finding, Origin, Severity
 from memwatch.core.units import fmt_bytes
@@ -68,7 +67,7 @@ def judge_metric(inp: RuleInput, metric: str,
     hist = history[metric]
     cur = hist[-1]
     prev = hist[-2] if len(hist) >= 2 else None
-    v = verdict(hist, cfg)
+    v = cfg.held(hist)
     if v != "leak" and metric == "host.rss" and native.in_use_held(history, hist, cfg):
         v = "leak"  # RSS stalled or its noise was memwatch's own: in-use bytes confirm it
     if v == "leak" and metric == "host.rss":
@@ -76,7 +75,7 @@ def judge_metric(inp: RuleInput, metric: str,
         if found is not None:  # mostly pages of mapped files: the other parts on their own
             parts = mapped_file.parts_history(history)
             out = [f for part in mapped_file.PARTS
-                   if part in parts and verdict(parts[part], cfg) == "leak"
+                   if part in parts and cfg.held(parts[part]) == "leak"
                    for f in judge_metric(inp, part, parts)]
             if not out and inp.pair is not None:
                 # The parts, read in the background, may not show a trend yet (a few reads a
@@ -107,13 +106,13 @@ def judge_metric(inp: RuleInput, metric: str,
     if v == "accumulation":
         return [accumulation(ctx.origin, NAME, metric, cur, prev)]
     if (cur.shape == "plateau" or v == "decelerating") and \
-            worth_reporting(cur, max(cur.rise, cur.growth), cfg):
+            cfg.worth(cur, max(cur.rise, cur.growth)):
         return [plateau(ctx.origin, NAME, metric, cur)]
-    if cur.shape == "step" and len(hist) > 1 and worth_reporting(cur, cur.step_height, cfg):
+    if cur.shape == "step" and len(hist) > 1 and cfg.worth(cur, cur.step_height):
         # (a jump in the first unit is warm-up: optimizer state, lazy initialisation)
         return [step_change(ctx.origin, metric, cur)]
     stair = _held_stair(hist)
-    if v in ("none", "pending") and stair is not None and worth_reporting(cur, stair, cfg):
+    if v in ("none", "pending") and stair is not None and cfg.worth(cur, stair):
         return [held_step(ctx.origin, metric, hist, stair)]
     return []
 
@@ -136,7 +135,7 @@ def _past_placement(hist: list[EpochStats], cfg: AnalyzerConfig,
     since = hist[1:] if without_first and not steady and len(hist) > 2 else hist
     if hist[-1].floor - min(h.floor for h in since) <= cfg.unnamed_min_growth:
         return False
-    return not without_first or steady or (len(hist) >= 4 and verdict(hist[1:], cfg) == "leak")
+    return not without_first or steady or (len(hist) >= 4 and cfg.held(hist[1:]) == "leak")
 
 
 def _held_stair(hist: list[EpochStats]) -> float | None:
@@ -176,11 +175,11 @@ def _unnamed(inp: RuleInput, metric: str, hist: list[EpochStats],
     limit = ctx.limit(metric)
     _, steps_to_oom = forecast(metric, inp.summary, cur, slope, limit, history)
     seconds = None if steps_to_oom is None else steps_to_oom * cur.seconds_per_step
-    severity = consequence(steps_to_oom, cur, ctx, inp.cfg)
+    severity = inp.severity(steps_to_oom, cur)
     return native.in_use_leak(
         origin=ctx.origin, metric=metric, units=hist[-3:], slope=slope, heap=heap,
         limit=limit, limit_name=ctx.limit_name(metric), steps_to_oom=steps_to_oom,
-        seconds_to_oom=seconds, severity=severity, remaining=remaining_steps(cur, ctx),
+        seconds_to_oom=seconds, severity=severity, remaining=ctx.remaining(cur),
         run_known=bool(ctx.total_steps))
 
 
@@ -192,7 +191,7 @@ def _leak_finding(inp: RuleInput, metric: str, hist: list[EpochStats],
     limit = ctx.limit(metric)
     peak_now, steps_to_oom = forecast(metric, inp.summary, cur, slope, limit, history)
     seconds_to_oom = None if steps_to_oom is None else steps_to_oom * cur.seconds_per_step
-    severity = consequence(steps_to_oom, cur, ctx, cfg)
+    severity = inp.severity(steps_to_oom, cur)
     # What live objects must explain: the growth over the stretch between the two censuses,
     # at the judged rate (floors), never two point reads of RSS (a busy machine moves those).
     census_steps = pair[1].step - pair[0].step if pair is not None else cur.n_steps
@@ -227,14 +226,14 @@ def _leak_finding(inp: RuleInput, metric: str, hist: list[EpochStats],
             heap=native.heap_growth(history, units) if len(units) >= 2 else None,
             attribution=attribution, limit=limit, limit_name=ctx.limit_name(metric),
             steps_to_oom=steps_to_oom, seconds_to_oom=seconds_to_oom, severity=severity,
-            remaining=remaining_steps(cur, ctx), run_known=bool(ctx.total_steps))
+            remaining=ctx.remaining(cur), run_known=bool(ctx.total_steps))
     if _optimizer_state(attribution):
         return held_optimizer_state(ctx.origin, metric, hist, attribution)
     return _message(origin=ctx.origin, metric=metric, stats=hist, slope=slope,
                     slope_ci=(low, high), limit=limit, peak_now=peak_now,
                     steps_to_oom=steps_to_oom, seconds_to_oom=seconds_to_oom,
                     severity=severity, attribution=attribution,
-                    remaining=remaining_steps(cur, ctx), run_known=bool(ctx.total_steps),
+                    remaining=ctx.remaining(cur), run_known=bool(ctx.total_steps),
                     limit_name=ctx.limit_name(metric))
 
 

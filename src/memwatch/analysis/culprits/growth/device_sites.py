@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from memwatch.analysis.culprits.ownership import is_user_file
+from memwatch.analysis.culprits.census.ownership import is_user_file
 
 __all__ = ["AllocSite", "join"]
 

@@ -9,9 +9,9 @@ import itertools
 import sys
 from typing import Any
 
-from memwatch.analysis.culprits.evidence import Holder
-from memwatch.analysis.culprits.holders import holder_of
-from memwatch.analysis.culprits.weigh import Scale
+from memwatch.analysis.culprits.growth.weigh import Scale
+from memwatch.analysis.culprits.holders.holders import holder_of
+from memwatch.analysis.evidence import Holder
 from memwatch.probes import procfs
 
 __all__ = ["dataset_bytes", "loaders_with_workers"]

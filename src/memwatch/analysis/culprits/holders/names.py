@@ -7,8 +7,8 @@ import os
 import types
 from typing import Any
 
-from memwatch.analysis.culprits.ownership import module_file
-from memwatch.analysis.culprits.weigh import element_name
+from memwatch.analysis.culprits.census.ownership import module_file
+from memwatch.analysis.culprits.growth.weigh import element_name
 
 __all__ = ["elements_of", "is_index", "local_label", "module_label"]
 

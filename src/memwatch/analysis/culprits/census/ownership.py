@@ -14,7 +14,7 @@ own?", which every culprit search asks.
 Example::
 
     >>> import json
-    >>> from memwatch.analysis.culprits import ownership
+    >>> from memwatch.analysis.culprits.census import ownership
     >>> ownership.is_user_file(json.__file__), ownership.is_own_file(ownership.__file__)
     (False, True)
     >>> ownership.is_user_file("<stdin>"), ownership.is_own_module_name("memwatch.session")

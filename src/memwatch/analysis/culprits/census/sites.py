@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from memwatch.analysis.culprits.ownership import excluded, is_user_file, library_prefixes
+from memwatch.analysis.culprits.census.ownership import excluded, is_user_file, library_prefixes
 
 #: Sites kept in a diff (the largest growth first).
 TOP_SITES = 10

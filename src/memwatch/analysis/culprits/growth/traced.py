@@ -1,7 +1,7 @@
 """Allocation-site evidence (``MemWatch(tracemalloc=...)``) weighed against a host growth: do live
 traced Python allocations explain it (user code keeps them: a leak), and which site names the
 culprit when no holder of tensors was named. Pure functions of an allocation diff
-(:class:`memwatch.analysis.culprits.sites.AllocationDiff`) and an attribution.
+(:class:`memwatch.analysis.culprits.census.sites.AllocationDiff`) and an attribution.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from memwatch.analysis.context import AnalyzerConfig
-from memwatch.analysis.culprits.evidence import Attribution
+from memwatch.analysis.evidence import Attribution
 from memwatch.analysis.stats.shapes import EpochStats
 
 __all__ = ["attribute_traced", "traced_explains"]

@@ -17,9 +17,9 @@ import time
 import types
 from typing import Any
 
-from memwatch.analysis.culprits.frames import frame_local_label
-from memwatch.analysis.culprits.names import local_label, module_label
-from memwatch.analysis.culprits.ownership import is_own_file, is_own_module_name, is_own_type
+from memwatch.analysis.culprits.census.ownership import is_own_file, is_own_module_name, is_own_type
+from memwatch.analysis.culprits.holders.frames import frame_local_label
+from memwatch.analysis.culprits.holders.names import local_label, module_label
 from memwatch.core.redact import redact_text
 
 __all__ = ["HOOK_DICTS", "NAMED", "PRIORITY", "ReferrerGraph", "Step", "is_own_object",

@@ -12,8 +12,8 @@ import sys
 import types
 from typing import Any
 
-from memwatch.analysis.culprits.names import local_label
-from memwatch.analysis.culprits.ownership import is_own_file
+from memwatch.analysis.culprits.census.ownership import is_own_file
+from memwatch.analysis.culprits.holders.names import local_label
 
 __all__ = ["frame_local_label", "live_frame_local"]
 

@@ -23,7 +23,7 @@ it; when memwatch started it, the last session using it stops it at close. A for
 
 Example::
 
-    >>> from memwatch.analysis.culprits.allocations import AllocationTracer
+    >>> from memwatch.analysis.culprits.census.allocations import AllocationTracer
     >>> import tracemalloc
     >>> tracer = AllocationTracer(frames=4).start()
     >>> kept = []
@@ -48,7 +48,7 @@ import time
 import tracemalloc
 from typing import Any
 
-from memwatch.analysis.culprits.sites import (
+from memwatch.analysis.culprits.census.sites import (
     TOP_SITES,
     TRACE_RSS_FACTOR,
     AllocationDiff,

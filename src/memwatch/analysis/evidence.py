@@ -1,20 +1,24 @@
-"""The vocabulary of culprit forensics: plain data that a census, a weighing, a holder walk and an
-attribution produce, and that the rules and their wording read.
+"""The one port through which the analyzer reads the live process (:class:`Evidence`), and the
+values that come through it: what a census, a weighing, a holder walk and an attribution produce,
+and what the rules and their wording read.
 
-Nothing here reads the live process: these are values. The modules that fill them (census,
-weigh, holders, attribution) walk the heap; the rules (:mod:`memwatch.analysis.rules`) and the
-culprit wording (:mod:`.wording`) only read them, so a rule is testable from recorded values.
+Nothing here reads the live process: the port is a protocol and the rest are values. The live
+port (:class:`memwatch.analysis.culprits.live.LiveEvidence`) fills them by walking the heap; a
+test passes recorded values instead (:class:`memwatch.testing.RecordedEvidence`), so every rule
+is testable without a process to look at.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Any
+from typing import Any, Protocol
 
-__all__ = ["Attribution", "Census", "CensusPair", "CensusRecord", "ContainerGrowth", "Group",
-           "GroupGrowth",
-           "GroupKey", "Holder"]
+from memwatch.analysis.context import AnalyzerConfig, CheckContext
+from memwatch.analysis.stats.shapes import EpochStats
+
+__all__ = ["Attribution", "Census", "CensusPair", "CensusRecord", "ContainerGrowth", "Evidence",
+           "Group", "GroupGrowth", "GroupKey", "Holder"]
 
 #: (device, dtype, shape, requires_grad, grad_fn type name): what a census groups tensors by.
 GroupKey = tuple[str, str, tuple[int, ...], bool, str]
@@ -72,7 +76,7 @@ class Census:
     types: collections.Counter[str]
     elapsed_ms: float
     taken_at: float
-    #: id -> (length, kind) of every container of at least ``weigh.CONTAINER_MIN_LEN`` items
+    #: id -> (length, kind) of every container of at least ``CONTAINER_MIN_LEN`` items
     #: (memwatch's own left out)
     containers: dict[int, tuple[int, str]] = dataclasses.field(default_factory=dict)
     graph_nodes: int = 0
@@ -262,7 +266,58 @@ class Attribution:
         return ev
 
 
-
-
 #: The censuses of two checks, the earlier first: what an attribution diffs.
 CensusPair = tuple[CensusRecord, CensusRecord]
+
+
+class Evidence(Protocol):
+    """What the analyzer may learn about the live process, and nothing else (a port).
+
+    The analyzer calls :meth:`object_count` and :meth:`census` when it decides a census is worth
+    its cost; the rules call the others. Every method may be slow (it walks the heap or reads
+    ``/proc``) and runs at checks only, never per step.
+    """
+
+    def object_count(self, at_most: int | None = None) -> int | None:
+        """Objects the garbage collector tracks now (what a census would walk). With
+        ``at_most``, a figure at or under it may be a bound, not a count: enough to tell that
+        the heap is not larger; and None where telling would take a listing of the heap (a
+        census given ``at_most`` finds out with its own listing)."""
+        ...
+
+    def census_cost(self) -> float:
+        """Seconds a census would take now: objects to walk times the seconds per object the
+        censuses of this run measured."""
+        ...
+
+    def census(self, *, collect: bool, count_types: bool, epoch: int, step: int,
+               rss: float, at_most: int | None = None) -> CensusPair | None:
+        """Take a census now and keep it; the censuses of this check and the previous one
+        (None until two were taken, or when this one failed). With ``at_most``, a heap of more
+        objects is not walked: no census (None), and :meth:`object_count` knows the count."""
+        ...
+
+    def attribute(self, metric: str, cur: EpochStats, pair: CensusPair | None,
+                  ctx: CheckContext, cfg: AnalyzerConfig, growth: float,
+                  trace: Any = None) -> Attribution:
+        """What explains ``growth`` bytes of ``metric`` between the two censuses of ``pair``
+        (and the allocation sites of ``trace``), and who holds it."""
+        ...
+
+    def loaders_with_workers(self) -> tuple[int, Holder | None]:
+        """Live DataLoaders whose worker processes run, and the holder of the oldest."""
+        ...
+
+    def dataset_bytes(self) -> float | None:
+        """What reading the Datasets of the DataLoaders with live workers would write (their
+        Python objects' memory, buffers left out); None when no such loader is found."""
+        ...
+
+    def mapped_files(self) -> list[tuple[str, float]] | None:
+        """The data files mapped now, most resident first: (path, resident bytes); None where
+        the system cannot list them (no ``/proc/<pid>/smaps``)."""
+        ...
+
+    def alloc_conf(self) -> str:
+        """The device allocator's configuration (``PYTORCH_CUDA_ALLOC_CONF``)."""
+        ...

@@ -2,16 +2,12 @@
 
 A census counts objects; a leak is measured in bytes. A list that gains one 100 KB numpy array
 per step gains one 100 KB object per step, and counting it as "one more object" undervalues it a
-thousand times. The census records the length of every large container (lists, dicts, deques,
-sets); between two censuses, a container that grew (or a large one that is new) is weighed:
-a sample of its new elements, each weighed deeply (``numpy`` arrays by ``nbytes`` of the array
-that owns the memory, tensors by storage, strings / bytes / buffers by ``sys.getsizeof``,
-containers and instances' attributes followed, autograd graphs by :mod:`graphs`), scaled to the
-number of new elements.
-
-Dicts that hold only strings, numbers or bytes are not tracked by the garbage collector (CPython
-untracks them), so :func:`untracked_dicts` finds large ones where user code keeps them: module
-globals and attributes of instances of user-defined classes.
+thousand times. The census records the length of every large container
+(:mod:`..census.containers`); between two censuses, a container that grew (or a large one that is
+new) is weighed here: a sample of its new elements, each weighed deeply (``numpy`` arrays by
+``nbytes`` of the array that owns the memory, tensors by storage, strings / bytes / buffers by
+``sys.getsizeof``, containers and instances' attributes followed, autograd graphs by
+:mod:`..census.graphs`), scaled to the number of new elements.
 """
 
 from __future__ import annotations
@@ -22,21 +18,13 @@ import sys
 import types
 from typing import Any
 
-from memwatch.analysis.culprits import graphs
-from memwatch.analysis.culprits.evidence import ContainerGrowth
-from memwatch.analysis.culprits.ownership import is_user_file, is_user_module, is_user_type
+from memwatch.analysis.culprits.census import graphs
+from memwatch.analysis.culprits.census.containers import user_namespaces
+from memwatch.analysis.culprits.census.ownership import is_user_type
+from memwatch.analysis.evidence import ContainerGrowth
 
-__all__ = ["CONTAINER_MIN_LEN", "CONTAINER_TYPES", "ContainerGrowth", "Scale", "container_growth",
-           "element_name", "new_elements", "objects_for", "untracked_dicts", "weigh_growth",
-           "SEQUENCE_MIN_LEN"]
+__all__ = ["Scale", "element_name", "new_elements", "objects_for", "weigh_growth"]
 
-#: Containers shorter than this are not recorded (the census stays small).
-CONTAINER_MIN_LEN = 16
-#: Lists and deques from this length: a framework's list of prepared models or optimizers
-#: grows by one element a trial, each element megabytes (accelerate#84). A process with torch,
-#: Lightning and transformers imported holds about 2,400 lists of 4 to 15 elements against
-#: 20,000 dicts (which keep the higher bound).
-SEQUENCE_MIN_LEN = 4
 #: New elements weighed per growing container; the mean is scaled to all new elements.
 SAMPLE = 16
 #: Objects visited to weigh one element.
@@ -47,83 +35,9 @@ BIG_CONTAINER = 64
 _PAGE = 4096  # what reading a large str/bytes object writes: its header's page
 _HEADER = 112  # an array's or a tensor's Python object, without its buffer
 
-CONTAINER_TYPES: dict[type, str] = {
-    list: "list",
-    dict: "dict",
-    set: "set",
-    collections.deque: "deque",
-    collections.OrderedDict: "dict",
-    collections.defaultdict: "dict",
-    collections.Counter: "dict",
-}
-
 _SHARED = frozenset({type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
                      types.CodeType, types.MethodType})
 _ATOMS = (str, bytes, bytearray, int, float, complex, bool, memoryview, type(None))
-def untracked_dicts(user_instances: list[Any]) -> dict[int, tuple[int, str]]:
-    """Large dicts the collector does not track, held by user modules' globals or by attributes
-    of user-class instances: ``id -> (len, "dict")``."""
-    out: dict[int, tuple[int, str]] = {}
-    for ns in _namespaces(user_instances):
-        if not isinstance(ns, dict):
-            continue
-        for v in list(ns.values()):
-            if type(v) in CONTAINER_TYPES and len(v) >= CONTAINER_MIN_LEN and \
-                    isinstance(v, dict) and not _is_tracked(v):
-                out[id(v)] = (len(v), "dict")
-    return out
-
-
-def _namespaces(user_instances: list[Any]) -> list[Any]:
-    """Where user code keeps untracked dicts: user modules' globals, user instances' attributes,
-    and the locals of user functions still running (``main()``'s ``store = {}``: a dict of
-    arrays or strings is not tracked by the collector, and nothing else refers to it)."""
-    spaces: list[Any] = [getattr(m, "__dict__", None) for m in list(sys.modules.values())
-                         if m is not None and is_user_module(m)]
-    for o in user_instances:
-        try:
-            spaces.append(object.__getattribute__(o, "__dict__"))
-        except Exception:  # noqa: BLE001 - slots, proxies
-            continue
-    spaces.extend(_user_frame_locals())
-    return spaces
-
-
-def _user_frame_locals() -> list[dict[str, Any]]:
-    """``f_locals`` of every running frame of user code, on every thread."""
-    out: list[dict[str, Any]] = []
-    for frame in sys._current_frames().values():
-        f: types.FrameType | None = frame
-        while f is not None:
-            if is_user_file(f.f_code.co_filename):
-                try:
-                    out.append(f.f_locals)
-                except Exception:  # noqa: BLE001 - a frame being torn down
-                    pass
-            f = f.f_back
-    return out
-
-
-def _is_tracked(o: Any) -> bool:
-    import gc
-
-    return gc.is_tracked(o)
-
-
-def container_growth(prev: dict[int, tuple[int, str]],
-                     cur: dict[int, tuple[int, str]]) -> list[ContainerGrowth]:
-    """Containers longer now than at the previous census (not weighed yet), longest growth
-    first."""
-    out = []
-    for cid, (n, kind) in cur.items():
-        p = prev.get(cid)
-        if p is not None and p[1] != kind:
-            p = None  # the id was reused by another container
-        dn = n - (p[0] if p is not None else 0)
-        if dn > 0:
-            out.append(ContainerGrowth(cid, kind, n, dn, p is None))
-    out.sort(key=lambda g: g.len_delta, reverse=True)
-    return out
 
 
 def new_elements(obj: Any, kind: str, len_delta: int, k: int = SAMPLE) -> list[Any]:
@@ -282,7 +196,8 @@ def weigh_growth(g: ContainerGrowth, obj: Any, scale: Scale) -> None:
 
 def objects_for(ids: set[int]) -> dict[int, Any]:
     """Live objects whose ``id`` is in ``ids``: the collector's objects, plus the untracked
-    dicts :func:`untracked_dicts` finds (user modules' globals, user instances' attributes)."""
+    dicts :func:`..census.containers.untracked_dicts` finds (user modules' globals, user
+    instances' attributes)."""
     import gc
 
     out: dict[int, Any] = {}
@@ -296,7 +211,7 @@ def objects_for(ids: set[int]) -> dict[int, Any]:
         elif is_user_type(type(o)):
             user.append(o)
     missing = ids - out.keys()
-    spaces = _namespaces(user) if missing else []
+    spaces = user_namespaces(user) if missing else []
     user.clear()
     if missing:
         for ns in spaces:

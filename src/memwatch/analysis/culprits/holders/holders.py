@@ -19,11 +19,12 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
-from memwatch.analysis.culprits.evidence import Holder
-from memwatch.analysis.culprits.frames import live_frame_local
-from memwatch.analysis.culprits.names import elements_of, is_index
-from memwatch.analysis.culprits.referrers import HOOK_DICTS, ReferrerGraph, is_root_module
-from memwatch.analysis.culprits.weigh import CONTAINER_TYPES, element_name
+from memwatch.analysis.culprits.census.containers import CONTAINER_TYPES
+from memwatch.analysis.culprits.growth.weigh import element_name
+from memwatch.analysis.culprits.holders.frames import live_frame_local
+from memwatch.analysis.culprits.holders.names import elements_of, is_index
+from memwatch.analysis.culprits.holders.referrers import HOOK_DICTS, ReferrerGraph, is_root_module
+from memwatch.analysis.evidence import Holder
 
 __all__ = ["Holder", "find_holder", "holder_of", "objects_by_ids"]
 

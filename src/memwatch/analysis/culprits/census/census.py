@@ -4,9 +4,9 @@ A census walks the garbage collector's objects once, groups live tensors by (dev
 requires_grad, grad_fn type) and deduplicates bytes by storage (a view's base storage is counted
 with the view: whoever holds the view holds the base). It also counts the autograd nodes behind
 tensors with history (:mod:`.graphs`) and records the length of large containers
-(:mod:`.weigh`), so that growth of Python objects and of graphs is measured in bytes. Diffing two
-censuses taken at checks names what grew; a bounded walk up ``gc.get_referrers``
-(:mod:`.holders`) names who holds it.
+(:mod:`.containers`), so that growth of Python objects and of graphs can be measured in bytes
+(:mod:`..growth.weigh`). Diffing two censuses taken at checks names what grew; a bounded walk up
+``gc.get_referrers`` (:mod:`..holders.holders`) names who holds it.
 
 Costs are measured and returned with every result; nothing here ever runs per step.
 """
@@ -21,8 +21,14 @@ import time
 import weakref
 from typing import Any
 
-from memwatch.analysis.culprits import graphs, ownership, weigh
-from memwatch.analysis.culprits.evidence import Census, Group, GroupGrowth, GroupKey
+from memwatch.analysis.culprits.census import graphs, ownership
+from memwatch.analysis.culprits.census.containers import (
+    CONTAINER_MIN_LEN,
+    CONTAINER_TYPES,
+    SEQUENCE_MIN_LEN,
+    untracked_dicts,
+)
+from memwatch.analysis.evidence import Census, Group, GroupGrowth, GroupKey
 
 __all__ = ["Census", "Group", "GroupGrowth", "GroupKey", "TooManyObjects", "diff", "take_census",
            "tensor_census", "type_growth"]
@@ -70,7 +76,7 @@ def _type_info_of(tp: type, tensor_type: Any) -> tuple[str | None, str | None, b
     """(name for the type counts or None for memwatch's own, container kind, user class,
     tensor). type() and issubclass, not isinstance: isinstance consults ``__class__``, which
     some lazy objects turn into a deprecation warning or an import."""
-    kind = weigh.CONTAINER_TYPES.get(tp)
+    kind = CONTAINER_TYPES.get(tp)
     is_tensor = tensor_type is not None and issubclass(tp, tensor_type)
     return (_type_name(tp), kind, kind is None and not is_tensor and ownership.is_user_type(tp),
             is_tensor)
@@ -171,7 +177,7 @@ def take_census(collect: bool = False, count_types: bool = True,
     del picked
     claims.clear()
     _drop_own(containers, own)
-    containers.update(weigh.untracked_dicts(user))
+    containers.update(untracked_dicts(user))
     own.clear()
     user.clear()
     n_nodes, truncated = graph.nodes, graph.truncated
@@ -207,8 +213,8 @@ def _pick(objs: list[Any], tensor_type: Any,
         collections.Counter() if count_types else set()
     wanted: set[type] = set()  # looked at one by one
     # containers, by the length from which they are recorded
-    sized: tuple[tuple[int, set[type]], ...] = ((weigh.CONTAINER_MIN_LEN, set()),
-                                                (weigh.SEQUENCE_MIN_LEN, set()))
+    sized: tuple[tuple[int, set[type]], ...] = ((CONTAINER_MIN_LEN, set()),
+                                                (SEQUENCE_MIN_LEN, set()))
     picked: list[Any] = []
     long: list[Any] = []
     for i in range(0, len(objs), _CHUNK):
@@ -266,7 +272,7 @@ def _drop_own(containers: dict[int, tuple[int, str]], own: list[Any]) -> None:
         if ownership.is_own_module_name(name):
             d = getattr(mod, "__dict__", None)
             if isinstance(d, dict):
-                frontier.extend(v for v in d.values() if type(v) in weigh.CONTAINER_TYPES)
+                frontier.extend(v for v in d.values() if type(v) in CONTAINER_TYPES)
     for o in own:
         d = getattr(o, "__dict__", None)
         vals: Any = list(d.values()) if isinstance(d, dict) else []
@@ -274,14 +280,14 @@ def _drop_own(containers: dict[int, tuple[int, str]], own: list[Any]) -> None:
             v = getattr(o, slot, None)
             if v is not None:
                 vals.append(v)
-        frontier.extend(v for v in vals if type(v) in weigh.CONTAINER_TYPES)
+        frontier.extend(v for v in vals if type(v) in CONTAINER_TYPES)
     for _ in range(2):
         nxt: list[Any] = []
         for c in frontier:
             containers.pop(id(c), None)
             try:
                 vals = c.values() if isinstance(c, dict) else c
-                nxt.extend(v for v in vals if type(v) in weigh.CONTAINER_TYPES)
+                nxt.extend(v for v in vals if type(v) in CONTAINER_TYPES)
             except Exception:  # noqa: BLE001 - mutated under us
                 continue
         frontier = nxt
