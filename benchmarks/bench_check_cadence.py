@@ -39,26 +39,9 @@ RESULTS = REPO / "benchmarks" / "results" / "check_cadence.json"
 SETTINGS = (("before: every 5,000 steps", 5000), ("after: auto", "auto"))
 
 
-class _Train:
-    """A small MLP trained on random data: a real CPU optimizer step of about a millisecond."""
-
-    def __init__(self) -> None:
-        torch.manual_seed(0)
-        self.model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
-                                         torch.nn.Linear(128, 1))
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01)
-        self.x = torch.randn(32, 64)
-
-    def __call__(self) -> None:
-        loss = self.model(self.x).pow(2).mean()
-        self.opt.zero_grad()
-        loss.backward()
-        self.opt.step()
-
-
 def long_run(steps: int, block: int = 10_000) -> dict[str, Any]:
     """Both cadences on the same run, alternating blocks; each one's checks and their CPU."""
-    train = _Train()
+    train = _common.MlpStep()
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         sessions = {label: memwatch.MemWatch(device="cpu", workers=False, signals=False,
@@ -101,9 +84,9 @@ _SHORT = """
 import json, sys, tempfile
 sys.path.insert(0, {repo!r})
 import torch, memwatch
-from benchmarks.bench_check_cadence import _Train
+from benchmarks import _common
 torch.set_num_threads(1)
-train, cache = _Train(), {{}}
+train, cache = _common.MlpStep(), {{}}
 with tempfile.TemporaryDirectory() as tmp:
     with memwatch.watch(device="cpu", workers=False, signals=False, out_dir=tmp,
                         check_every_n_steps={every!r}, run_report="none", warn=False) as mw:
