@@ -198,6 +198,8 @@ class Attribution:
     objects_scanned: int | None = None
     tensors_scanned: int | None = None
     census_epochs: list[int] | None = None
+    #: The optimizer steps of the two censuses diffed (what a run without epochs is told).
+    census_at_steps: list[int] | None = None
     growing_groups: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     python_object_growth: list[tuple[str, int]] = dataclasses.field(default_factory=list)
     group: GroupGrowth | None = None
@@ -232,6 +234,7 @@ class Attribution:
         else:
             ev.update(census_ms=self.census_ms, objects_scanned=self.objects_scanned,
                       tensors_scanned=self.tensors_scanned, census_epochs=self.census_epochs,
+                      census_at_steps=self.census_at_steps,
                       growing_groups=self.growing_groups,
                       python_object_growth=self.python_object_growth,
                       growing_containers=self.containers[:8], graph_nodes=self.graph_nodes)

@@ -67,6 +67,9 @@ class ConsoleSink(NullSink):
     kind, metric), and once more when a later check names the holder the first could not."""
 
     sink_name = "console"
+    #: It says every new verdict on the console: the adapters give no warning or notice of
+    #: their own beside its line (one line per verdict).
+    tells_findings = True
 
     def __init__(self, label: str = "") -> None:
         self.label = label
@@ -101,20 +104,21 @@ def _latest_per_metric(findings: Iterable[Finding]) -> list[Finding]:
 
 def exit_lines(what: str, steps: int, checks: int, findings: Sequence[Finding],
                report: Path | None, bundle: Any, max_findings: int = 4,
-               unit: str = "step") -> list[str]:
-    """The summary printed when the script exits: what watched it, the verdicts (worst first,
-    the latest of each), the report and the bundle."""
+               unit: str = "step", summary: Path | None = None) -> list[str]:
+    """The summary printed when the script exits: what watched it, the current verdicts (worst
+    first), the report, ``summary.json`` and the bundle."""
     worth = [f for f in _latest_per_metric(findings) if worth_saying(f)]
     lines = [f"watched {what}: {steps:,} {unit}(s), {checks} check(s); "
              + (f"{len(worth)} verdict(s)" if worth else
                 "no leak, no warning" if checks else
-                "no check ran (fewer steps than --check-every-n-steps, shorter than "
-                "--check-every-s)")]
+                "no check ran (no step was recorded)")]
     lines += [f"  {verdict_line(f)}" for f in worth[:max_findings]]
     if len(worth) > max_findings:
         lines.append(f"  ... and {len(worth) - max_findings} more (see the report)")
     if report is not None:
-        lines.append(f"report: {report}")
+        lines.append(f"report: {report}" + (f" (and {summary.name})" if summary else ""))
+    elif summary is not None:
+        lines.append(f"summary: {summary}")
     if bundle is not None:
         lines.append(f"bundle of the failure: {bundle} (`memwatch inspect {bundle}`)")
     return lines

@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from memwatch.bundle.blackbox import BLACKBOX_SUBDIR
-from memwatch.bundle.format import OOM_SUBDIR
+from memwatch.bundle.format import END_OF_RUN_SUBDIR, OOM_SUBDIR
 
 __all__ = ["REPORT_FILE", "OutputPaths", "per_rank"]
 
@@ -53,6 +53,11 @@ class OutputPaths:
     def oom(self) -> Path:
         """The flight recorder's bundles."""
         return self.root / OOM_SUBDIR
+
+    @property
+    def end_of_run(self) -> Path:
+        """Bundles written at a clean end for the sinks (not failures)."""
+        return self.root / END_OF_RUN_SUBDIR
 
     @property
     def blackbox(self) -> Path:

@@ -39,6 +39,8 @@ class TrendLine:
     significant: bool
     limit: float | None = None
     limit_step: float | None = None  # where the line reaches the limit, when it does
+    #: The fit left out the first epoch (the warm-up), as the analyzer does.
+    after_first_epoch: bool = False
 
     def describe(self) -> str:
         from memwatch.core.units import fmt_bytes
@@ -46,7 +48,8 @@ class TrendLine:
         if not self.significant:
             return "no significant growth of the memory held"
         how = ("the analyzer's verdict" if self.source == "analyzer"
-               else "Theil-Sen fit on the floors after the first epoch")
+               else "Theil-Sen fit on the floors" + (" after the first epoch"
+                                                      if self.after_first_epoch else ""))
         s = f"{fmt_bytes(self.slope)}/step ({how})"
         if self.limit_step is not None and self.limit is not None:
             s += (f"; reaches the {fmt_bytes(self.limit)} limit near step "
@@ -66,11 +69,12 @@ def fit_trend(d: ReportData, metric: str) -> TrendLine | None:
     x = np.asarray(d.steps, dtype=np.float64)
     y = np.asarray([np.nan if v is None else v for v in col], dtype=np.float64)
     # Drop the first epoch (warm-up: the analyzer does not judge it either) when more follow.
+    dropped = False
     if len(d.epochs) >= 2:
         first_end = d.epochs[0].get("end_step")
         if isinstance(first_end, (int, float)) and (x > first_end).sum() >= 8:
             keep = x > first_end
-            x, y = x[keep], y[keep]
+            x, y, dropped = x[keep], y[keep], True
     ok = np.isfinite(y)
     x, y = x[ok], y[ok]
     if len(y) < 8:
@@ -95,7 +99,8 @@ def fit_trend(d: ReportData, metric: str) -> TrendLine | None:
     x0, x1 = float(mids[0]), float(mids[-1])
     y1 = float(tr.intercept + tr.slope * x1)
     y0 = y1 - slope * (x1 - x0)
-    line = TrendLine(metric, x0, x1, y0, y1, float(slope), source, bool(significant))
+    line = TrendLine(metric, x0, x1, y0, y1, float(slope), source, bool(significant),
+                     after_first_epoch=dropped)
     limit = finite(d.limits.get(metric))
     if limit and limit > 0:
         line.limit = limit

@@ -79,10 +79,12 @@ class FlightRecorder:
         render_report: renders ``report.html`` (None: no report in bundles).
         ranks: returns ``ranks.json``'s content (rank 0 of a distributed run) or None.
         oom_dir: where bundles go (``<out_dir>/oom``, resolved once by the session:
-            :class:`memwatch.bundle.paths.OutputPaths`).
+            :class:`memwatch.bundle.paths.OutputPaths`); ``end_dir``: the end-of-run bundles a
+            sink asks for at a clean close (not failures: ``<out_dir>/end_of_run``).
     """
 
     def __init__(self, config: RecorderConfig, view: SessionView, *, oom_dir: Path,
+                 end_dir: Path | None = None,
                  on_bundle: Callable[[Path, dict[str, Any]], None] | None = None,
                  render_report: ReportRenderer | None = None,
                  ranks: Callable[[], dict[str, Any] | None] | None = None) -> None:
@@ -91,7 +93,7 @@ class FlightRecorder:
         self._on_bundle = on_bundle
         #: What a bundle holds, and where it goes.
         self.maker = BundleMaker(config, view, oom_dir, render_report=render_report,
-                                 ranks=ranks)
+                                 ranks=ranks, end_dir=end_dir)
         self.oom_root = oom_dir
         self.bundles: list[Path] = []
         self._pid = os.getpid()

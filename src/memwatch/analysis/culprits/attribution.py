@@ -37,7 +37,7 @@ def attribute(metric: str, cur: EpochStats, pair: CensusPair | None,
     stretch between them, at the judged rate) and name its holder."""
     if pair is None:
         why = "turned off (census='never')" if ctx.census == "never" else \
-            "not taken at two epoch ends yet"
+            "not taken at two checks yet"
         return Attribution(census_note=why)
     prev, rec = pair
     t0 = time.perf_counter()
@@ -51,6 +51,7 @@ def attribute(metric: str, cur: EpochStats, pair: CensusPair | None,
         objects_scanned=rec.census.objects,
         tensors_scanned=rec.census.tensors,
         census_epochs=[prev.epoch, rec.epoch],
+        census_at_steps=[prev.step, rec.step],
         growing_groups=[{**g.group.to_dict(), "count_delta": g.count_delta,
                          "bytes_delta": g.bytes_delta, "graph_nodes_delta": g.graph_nodes_delta,
                          "graph_bytes_delta": g.graph_bytes_delta} for g in growths[:8]],

@@ -32,7 +32,7 @@ import tracemalloc
 from typing import Any
 
 __all__ = ["OWN_DIR", "excluded", "is_own_file", "is_own_module_name", "is_own_type",
-           "is_user_file", "is_user_module", "is_user_type", "library_prefixes"]
+           "is_user_file", "module_file", "is_user_module", "is_user_type", "library_prefixes"]
 
 #: The directory of the memwatch package (``…/memwatch/``), with a trailing separator.
 OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
@@ -90,10 +90,19 @@ def is_user_file(filename: str) -> bool:
     return not filename.startswith(_LIBRARY)
 
 
+def module_file(mod: Any) -> str | None:
+    """The file of a module (None: a builtin). A script's ``__main__`` loses its ``__file__``
+    once the script has run (CPython removes it): at exit its loader still names the file."""
+    f = getattr(mod, "__file__", None)
+    if f is None and getattr(mod, "__name__", None) == "__main__":
+        f = getattr(getattr(mod, "__loader__", None), "path", None)
+    return f if isinstance(f, str) else None
+
+
 def is_user_module(mod: Any) -> bool:
     """A module of the user's code (a module without a file, a builtin, is not)."""
-    f = getattr(mod, "__file__", None)
-    return isinstance(f, str) and _is_user_path(f)
+    f = module_file(mod)
+    return f is not None and _is_user_path(f)
 
 
 @functools.lru_cache(maxsize=4096)

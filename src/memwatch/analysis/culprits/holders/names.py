@@ -7,6 +7,7 @@ import os
 import types
 from typing import Any
 
+from memwatch.analysis.culprits.census.ownership import module_file
 from memwatch.analysis.culprits.growth.weigh import element_name
 
 __all__ = ["elements_of", "is_index", "local_label", "module_label"]
@@ -16,7 +17,7 @@ def module_label(mod: types.ModuleType) -> str:
     """``module.name`` for a global: the module's import name, or for the script being run
     (``__main__``) its file's name without ``.py``."""
     name = str(getattr(mod, "__name__", "?"))
-    f = getattr(mod, "__file__", None)
+    f = module_file(mod)
     if name == "__main__" and f:
         return os.path.splitext(os.path.basename(str(f)))[0]
     return name
