@@ -148,6 +148,10 @@ class Holder:
     #: container above that optimizer grew: state created once per parameter, at its first
     #: step, as large as the parameter (bounded while parameters are not added).
     optimizer_state: bool = False
+    #: The short name a fix calls the holder by: the growing container's own name, with the
+    #: variable that holds it (``processor.last_step_result``, ``EVAL_LOGITS``,
+    #: ``train_logits``); the whole route is :attr:`path`. None: no name to give.
+    name: str | None = None
 
     def describe(self, delta: int | None = None, since: str = "since the last check") -> str:
         """``Net.kept_features (list, 1000 tensors, +250 since the last check)``."""
@@ -219,6 +223,9 @@ class Attribution:
     tracemalloc: list[dict[str, Any]] | None = None
     tracemalloc_summary: dict[str, Any] | None = None
     site: Any = None  # sites.SiteGrowth
+    #: Why no holder was named for what grew (said with the culprit's shape), e.g. that
+    #: nothing in Python refers to it; None when a holder was named or none was looked for.
+    holder_note: str | None = None
     #: Optimizer steps between the two censuses diffed (0: unknown).
     census_steps: int = 0
     #: The run has epochs (advice says "at the epoch end"; a run of checks only, "regularly").
@@ -260,6 +267,10 @@ class Attribution:
                 ev["holder_grew_by"] = h.owner_delta
             if h.optimizer_state:
                 ev["holder_optimizer_state"] = True
+            if h.name:
+                ev["holder_name"] = h.name
+        elif self.holder_note:
+            ev["holder_note"] = self.holder_note
         return ev
 
 

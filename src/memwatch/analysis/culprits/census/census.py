@@ -23,9 +23,11 @@ from typing import Any
 
 from memwatch.analysis.culprits.census import graphs, ownership
 from memwatch.analysis.culprits.census.containers import (
+    CACHE_TYPE,
     CONTAINER_MIN_LEN,
     CONTAINER_TYPES,
     SEQUENCE_MIN_LEN,
+    cache_size,
     untracked_dicts,
 )
 from memwatch.analysis.evidence import Census, Group, GroupGrowth, GroupKey
@@ -139,6 +141,13 @@ def take_census(collect: bool = False, count_types: bool = True,
         name, _, is_user, is_tensor = tinfo[type(o)]
         if name is None:
             own.append(o)
+        if type(o) is CACHE_TYPE:  # a functools cache: a container of its results
+            # Every size, empty ones too: a cache filled since the previous census is the same
+            # cache, which the first call after a restart empties no less than a list.
+            n = cache_size(o)
+            if n is not None and not ownership.is_own_object(o):
+                containers[id(o)] = (n, "cache")
+            continue
         if is_user and len(user) < _MAX_USER_INSTANCES:
             user.append(o)
         if not is_tensor:
@@ -228,7 +237,7 @@ def _pick(objs: list[Any], tensor_type: Any,
                     name, kind, is_user, is_tensor = info
                     if kind is not None:  # (a container type is never memwatch's own)
                         sized[kind in _SEQUENCES][1].add(tp)
-                    elif name is None or is_user or is_tensor:
+                    elif name is None or is_user or is_tensor or tp is CACHE_TYPE:
                         wanted.add(tp)
         picked.extend(itertools.compress(chunk, map(wanted.__contains__, types)))
         for min_len, of_kind in sized:
@@ -265,34 +274,56 @@ def _claim(claims: dict[tuple[str, int], tuple[Group, bool]], g: Group, dev: str
 
 
 def _drop_own(containers: dict[int, tuple[int, str]], own: list[Any]) -> None:
-    """Leave out containers memwatch's own objects hold (two levels down: a census's dict of
-    groups, a store's dict of lists): they grow with the run by design."""
+    """Leave out the containers memwatch's own objects and modules hold (three levels down: a
+    census's dict of groups, a store's dict of lists, a module's cache of types, including
+    the dict inside a ``weakref.WeakKeyDictionary``): they grow with the run by design.
+    Only containers, memwatch's own objects and the stdlib's weak containers are followed:
+    never into an object of the user's that memwatch holds (the trainer an adapter keeps)."""
     frontier: list[Any] = []
     for name, mod in list(sys.modules.items()):  # memwatch's module-level caches
         if ownership.is_own_module_name(name):
             d = getattr(mod, "__dict__", None)
             if isinstance(d, dict):
-                frontier.extend(v for v in d.values() if type(v) in CONTAINER_TYPES)
+                frontier.extend(v for v in d.values() if _followed(v))
     for o in own:
-        d = getattr(o, "__dict__", None)
-        vals: Any = list(d.values()) if isinstance(d, dict) else []
-        for slot in getattr(type(o), "__slots__", ()) or ():
-            v = getattr(o, slot, None)
-            if v is not None:
-                vals.append(v)
-        frontier.extend(v for v in vals if type(v) in CONTAINER_TYPES)
-    for _ in range(2):
+        frontier.extend(v for v in _attributes(o) if _followed(v))
+    for _ in range(3):
         nxt: list[Any] = []
         for c in frontier:
             containers.pop(id(c), None)
             try:
-                vals = c.values() if isinstance(c, dict) else c
-                nxt.extend(v for v in vals if type(v) in CONTAINER_TYPES)
+                if type(c) in CONTAINER_TYPES:
+                    vals = c.values() if isinstance(c, dict) else c
+                else:  # a weak container's inner one, or an object of memwatch's
+                    vals = _attributes(c)
+                nxt.extend(v for v in vals if _followed(v))
             except Exception:  # noqa: BLE001 - mutated under us
                 continue
         frontier = nxt
     for c in frontier:
         containers.pop(id(c), None)
+
+
+_WEAK = (weakref.WeakKeyDictionary, weakref.WeakValueDictionary, weakref.WeakSet)
+
+
+def _followed(v: Any) -> bool:
+    """What the walk over memwatch's own state goes into: containers, weak containers and
+    memwatch's own objects (never a class, a module or a function: those are shared)."""
+    tp = type(v)
+    return tp in CONTAINER_TYPES or isinstance(v, _WEAK) or \
+        (not isinstance(v, type) and ownership.is_own_type(tp))
+
+
+def _attributes(o: Any) -> list[Any]:
+    """An object's attribute values: its ``__dict__``'s and its slots'."""
+    d = getattr(o, "__dict__", None)
+    vals: list[Any] = list(d.values()) if isinstance(d, dict) else []
+    for slot in getattr(type(o), "__slots__", ()) or ():
+        v = getattr(o, slot, None)
+        if v is not None:
+            vals.append(v)
+    return vals
 
 
 def tensor_census(top_n: int = 20) -> dict[str, Any]:

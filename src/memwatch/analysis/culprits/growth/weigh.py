@@ -19,7 +19,7 @@ import types
 from typing import Any
 
 from memwatch.analysis.culprits.census import graphs
-from memwatch.analysis.culprits.census.containers import user_namespaces
+from memwatch.analysis.culprits.census.containers import cache_entries, user_namespaces
 from memwatch.analysis.culprits.census.ownership import is_user_type
 from memwatch.analysis.evidence import ContainerGrowth
 
@@ -51,6 +51,9 @@ def new_elements(obj: Any, kind: str, len_delta: int, k: int = SAMPLE) -> list[A
         if kind == "dict":
             vals = itertools.islice(reversed(obj.items()), 0, dn, step)
             return [kv for kv in vals][:k]
+        if kind == "cache":  # a functools cache: its newest entries, (key, result) each
+            entries = cache_entries(obj)
+            return list(itertools.islice(reversed(entries), 0, dn, step))[:k]
         return list(itertools.islice(iter(obj), k))
     except Exception:  # noqa: BLE001 - mutated under us, exotic subclass
         return []
@@ -187,7 +190,8 @@ def weigh_growth(g: ContainerGrowth, obj: Any, scale: Scale) -> None:
     w = sum(scale.weigh(x) for x in sample)
     per = w / len(sample)
     last = sample[-1]
-    g.element = element_name(last[1] if g.kind == "dict" else last)  # a dict's: (key, value)
+    # a dict's and a cache's: (key, value)
+    g.element = element_name(last[1] if g.kind in ("dict", "cache") else last)
     g.graph_nodes = int((scale.graph_nodes - nodes_before) * g.len_delta / len(sample))
     own = sys.getsizeof(obj) if g.new else 8 * g.len_delta
     g.bytes_delta = per * g.len_delta + own

@@ -12,7 +12,7 @@ import sys
 import types
 from typing import Any
 
-from memwatch.analysis.culprits.census.ownership import is_own_file
+from memwatch.analysis.culprits.census.ownership import is_own_file, is_user_file
 from memwatch.analysis.culprits.holders.names import local_label
 
 __all__ = ["frame_local_label", "live_frame_local"]
@@ -42,8 +42,11 @@ def frame_local_label(d: dict[Any, Any], key: Any) -> str | None:
 
 
 def live_frame_local(obj: Any) -> str | None:
-    """The local variable of a function still running on some thread's stack that is ``obj``."""
+    """The local variable of a function still running on some thread's stack that is ``obj``:
+    of the user's code first (``main() (train.py:40): local trainer``, not the ``self`` of the
+    framework's loop that the user's ``trainer.train()`` is running)."""
     frames = _user_frames()
+    frames.sort(key=lambda f: not is_user_file(f.f_code.co_filename))  # (stable)
     try:
         for f in frames:
             for name, v in f.f_locals.items():
