@@ -36,6 +36,7 @@ class Group:
     ids: list[int] = dataclasses.field(default_factory=list)
     graph_nodes: int = 0  # autograd nodes first reached from this group's tensors
     graph_bytes: int = 0  # their estimated bytes (native nodes + saved tensors)
+    graph_saved: int = 0  # of which saved tensors still alive (0 once backward() freed them)
     views: int = 0  # tensors of the group that are views (their bytes: the bases' storages)
 
     @property
@@ -62,6 +63,7 @@ class Group:
             "bytes": self.bytes,
             "graph_nodes": self.graph_nodes,
             "graph_bytes": self.graph_bytes,
+            "graph_saved_bytes": self.graph_saved,
         }
 
 
@@ -81,6 +83,10 @@ class Census:
     containers: dict[int, tuple[int, str]] = dataclasses.field(default_factory=dict)
     graph_nodes: int = 0
     graph_truncated: bool = False
+    #: The large storages (from 1 MiB) by identity, (device, address) -> (the group that
+    #: counts them, bytes): views taken since of a storage counted then add nothing.
+    storages: dict[tuple[str, int], tuple[GroupKey, int]] = dataclasses.field(
+        default_factory=dict)
 
     def to_dict(self, top_n: int = 20) -> dict[str, Any]:
         top = sorted(self.groups.values(), key=lambda g: (g.bytes, g.count), reverse=True)
@@ -104,6 +110,7 @@ class GroupGrowth:
     new_ids: list[int]
     graph_nodes_delta: int = 0
     graph_bytes_delta: int = 0
+    graph_saved_delta: int = 0  # of the graphs' growth, saved tensors still alive
 
     @property
     def effective_bytes(self) -> int:
@@ -214,6 +221,9 @@ class Attribution:
     alloc_sites: list[Any] = dataclasses.field(default_factory=list)  # device_sites.AllocSite
     holder: Holder | None = None
     graph_bytes: int = 0
+    #: Of ``graph_bytes``, the saved tensors still alive (0: ``backward()`` freed them, only
+    #: the graph's nodes are held).
+    graph_saved_bytes: int = 0
     effective_bytes: float = 0.0
     attribution_ms: float | None = None
     explained_bytes: float | None = None
@@ -246,6 +256,7 @@ class Attribution:
                 ev["attribution_ms"] = self.attribution_ms
             if self.group is not None:
                 ev["graph_bytes"] = self.graph_bytes
+                ev["graph_saved_bytes"] = self.graph_saved_bytes
                 ev["graph_nodes_delta"] = self.group.graph_nodes_delta
                 if self.graph_nodes_named:
                     ev["graph_nodes_named"] = self.graph_nodes_named

@@ -145,6 +145,7 @@ def attribute(metric: str, cur: EpochStats, pair: CensusPair | None,
         out.effective_bytes = out.chosen.bytes
         if out.group is not None:
             out.graph_bytes = out.group.graph_bytes_delta
+            out.graph_saved_bytes = max(out.group.graph_saved_delta, 0)
             out.graph_nodes_named = out.chosen.graph_nodes
     if not host and out.group is not None and ctx.device_snapshot is not None:
         out.alloc_sites = alloc_sites_of(out.group, ctx)

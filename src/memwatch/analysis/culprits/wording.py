@@ -160,11 +160,25 @@ def culprit_of(metric: str, a: Attribution) -> tuple[str | None, list[str], str]
     if g.graph_nodes_delta > 0 and g.count_delta <= 0:
         return graph_culprit(a)
     if group.grad_fn:
-        per = f" (each keeps its autograd graph: about {fmt_bytes(graph)} of saved tensors)" \
-            if graph else " (each keeps its autograd graph and saved activations)"
+        saved = a.graph_saved_bytes
+        nodes = g.graph_nodes_delta
+        if saved > 0:
+            per = (f" (they keep their autograd graphs: {nodes:,} nodes and about "
+                   f"{fmt_bytes(saved)} of saved tensors, {fmt_bytes(graph)} in all)")
+            detail = (f"The growing tensors have grad_fn={group.grad_fn}: every one held keeps "
+                      "its whole autograd graph alive, saved activations included (the "
+                      "graphs' backward() has not run).")
+        elif graph > 0:
+            per = (f" (they keep their autograd graphs' nodes: {nodes:,} nodes, about "
+                   f"{fmt_bytes(graph)}; backward() already freed their saved tensors)")
+            detail = (f"The growing tensors have grad_fn={group.grad_fn}: every one held keeps "
+                      "the nodes of its autograd graph alive; their saved activations were "
+                      "freed by backward() and are not counted.")
+        else:
+            per = " (each keeps its autograd graph)"
+            detail = (f"The growing tensors have grad_fn={group.grad_fn}: every one held keeps "
+                      "its autograd graph alive.")
         what += per
-        detail = (f"The growing tensors have grad_fn={group.grad_fn}: every one held keeps its "
-                  "whole autograd graph alive, saved activations included.")
         suggestions.append(
             "Keep numbers, not graphs: store `loss.item()` (a Python float) or `loss.detach()` "
             "instead of the tensor."

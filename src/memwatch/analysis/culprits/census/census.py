@@ -110,8 +110,8 @@ def take_census(collect: bool = False, count_types: bool = True,
     tensor_type = torch.Tensor if torch is not None else None
     groups: dict[GroupKey, Group] = {}
     tensor_bytes: dict[str, int] = collections.Counter()
-    # storage -> (group that counted its bytes, counted by a view?)
-    claims: dict[tuple[str, int], tuple[Group, bool]] = {}
+    # storage -> (group that counted its bytes, counted by a view?, its bytes)
+    claims: dict[tuple[str, int], tuple[Group, bool, int]] = {}
     type_counts: collections.Counter[str] = collections.Counter()
     containers: dict[int, tuple[int, str]] = {}
     own: list[Any] = []  # memwatch's objects: their containers are left out
@@ -182,8 +182,10 @@ def take_census(collect: bool = False, count_types: bool = True,
             nodes = graph.add_node(gfn)
             if nodes:
                 g.graph_nodes += nodes
-                g.graph_bytes += graph.bytes_for(nodes)
+                g.graph_bytes += graph.last_bytes(nodes)
+                g.graph_saved += graph.last_saved
     del picked
+    storages = _big_storages(claims)
     claims.clear()
     _drop_own(containers, own)
     containers.update(untracked_dicts(user))
@@ -193,7 +195,7 @@ def take_census(collect: bool = False, count_types: bool = True,
     graph.close()
     return Census(groups, n_tensors, dict(tensor_bytes), n_objects, type_counts,
                   (time.perf_counter() - t0) * 1000.0, time.time(), containers, n_nodes,
-                  truncated)
+                  truncated, storages=storages)
 
 
 #: Objects of the heap's listing typed at a time. Each object's type is read once, into a list
@@ -254,7 +256,7 @@ def _pick(objs: list[Any], tensor_type: Any,
     return picked, long
 
 
-def _claim(claims: dict[tuple[str, int], tuple[Group, bool]], g: Group, dev: str, st: Any,
+def _claim(claims: dict[tuple[str, int], tuple[Group, bool, int]], g: Group, dev: str, st: Any,
            view: bool, tensor_bytes: dict[str, int]) -> None:
     """Count a storage's bytes once, with a view of it rather than its base: the base of a kept
     view is often reachable only through the view, so whoever holds the view holds the bytes."""
@@ -263,14 +265,37 @@ def _claim(claims: dict[tuple[str, int], tuple[Group, bool]], g: Group, dev: str
     prev = claims.get(sk)
     if prev is None or ptr == 0:
         nbytes = int(st.nbytes())
-        claims[sk] = (g, view)
+        claims[sk] = (g, view, nbytes)
         g.bytes += nbytes
         tensor_bytes[dev] += nbytes
     elif view and not prev[1]:
-        nbytes = int(st.nbytes())
+        nbytes = prev[2]
         prev[0].bytes -= nbytes
         g.bytes += nbytes
-        claims[sk] = (g, True)
+        claims[sk] = (g, True, nbytes)
+
+
+#: Storages from this size are remembered by identity from one census to the next: a group of
+#: new views that claims a storage an earlier census already counted adds nothing.
+BIG_STORAGE = 1 << 20
+
+
+def _big_storages(claims: dict[tuple[str, int], tuple[Group, bool, int]]
+                  ) -> dict[tuple[str, int], tuple[GroupKey, int]]:
+    """The large storages of a census: identity -> (the group that counts it, its bytes)."""
+    return {sk: (g.key, nb) for sk, (g, _, nb) in claims.items()
+            if sk[1] and nb >= BIG_STORAGE}
+
+
+def _moved(prev: Census, cur: Census) -> collections.Counter[GroupKey]:
+    """Bytes of large storages each group counts now that another group counted at ``prev``:
+    views taken since of a storage that was there already (they add nothing)."""
+    out: collections.Counter[GroupKey] = collections.Counter()
+    for sk, (gk, nb) in cur.storages.items():
+        was = prev.storages.get(sk)
+        if was is not None and was[0] != gk and was[1] == nb:
+            out[gk] += nb
+    return out
 
 
 def _drop_own(containers: dict[int, tuple[int, str]], own: list[Any]) -> None:
@@ -335,19 +360,22 @@ def tensor_census(top_n: int = 20) -> dict[str, Any]:
 def diff(prev: Census, cur: Census, device_prefix: str | None = None) -> list[GroupGrowth]:
     """Groups that grew between two censuses, largest growth first."""
     out = []
+    moved = _moved(prev, cur)
     for key, g in cur.groups.items():
         if device_prefix is not None and not key[0].startswith(device_prefix):
             continue
         p = prev.groups.get(key)
         dc = g.count - (p.count if p else 0)
-        db = g.bytes - (p.bytes if p else 0)
+        # (views of a storage another group counted at the previous census add nothing)
+        db = g.bytes - (p.bytes if p else 0) - moved.get(key, 0)
         dn = g.graph_nodes - (p.graph_nodes if p else 0)
         dgb = g.graph_bytes - (p.graph_bytes if p else 0)
+        dgs = g.graph_saved - (p.graph_saved if p else 0)
         if dc <= 0 and db <= 0 and dn <= 0:
             continue
         old = set(p.ids) if p else set()
         new_ids = [i for i in g.ids if i not in old]
-        out.append(GroupGrowth(g, dc, db, new_ids, dn, dgb))
+        out.append(GroupGrowth(g, dc, db, new_ids, dn, dgb, dgs))
     out.sort(key=lambda x: (x.effective_bytes, x.count_delta), reverse=True)
     return out
 
