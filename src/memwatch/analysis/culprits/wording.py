@@ -223,7 +223,9 @@ def culprit_of(metric: str, a: Attribution) -> tuple[str | None, list[str], str]
             suggestions.insert(0, (
                 f"{_name(a)} {_grows(a, delta)}: bound it "
                 f"(`collections.deque(maxlen=N)`) or clear it {_clear(a)}"
-                + (", and store Python numbers (`.item()`) rather than tensors."
+                + (", and keep the numbers you need (a metric), not the arrays."
+                   if h.elements == "numpy arrays" else
+                   ", and store Python numbers (`.item()`) rather than tensors."
                    if not group.grad_fn else ".")
             ))
         elif h.root == "frame":

@@ -29,13 +29,14 @@ def _user_frames() -> list[types.FrameType]:
     return out
 
 
-def frame_local_label(d: dict[Any, Any], key: Any) -> str | None:
-    """``d`` is the ``f_locals`` snapshot of a live frame: name that frame's variable ``key``."""
+def frame_local_label(d: dict[Any, Any], key: Any) -> tuple[str, bool] | None:
+    """``d`` is the ``f_locals`` snapshot of a live frame: name that frame's variable ``key``,
+    and say whether the frame runs the user's code."""
     frames = _user_frames()
     try:
         for f in frames:
             if f.f_locals is d:
-                return local_label(f, key)
+                return local_label(f, key), is_user_file(f.f_code.co_filename)
         return None
     finally:
         frames.clear()  # frames hold their locals: drop them before the walk goes on

@@ -22,6 +22,7 @@ from memwatch.analysis.culprits.census.ownership import (
     is_own_file,
     is_own_module_name,
     is_own_object,
+    is_user_file,
 )
 from memwatch.analysis.culprits.holders.frames import frame_local_label
 from memwatch.analysis.culprits.holders.names import local_label, module_label
@@ -112,7 +113,8 @@ class ReferrerGraph:
                 # EvalPrediction) after anything else: the user's container that keeps the same
                 # object is the holder to name; the framework's record is passed through.
                 candidates.append(_Candidate(
-                    PRIORITY.get(d.kind, 9) + (_LATER if is_framework_object(d.parent) else 0),
+                    PRIORITY.get(d.kind, 9) + (_LATER if is_framework_object(d.parent) else 0)
+                    + (_LIBRARY_FRAME if d.library else 0.0),
                     d))
             del d
         if not candidates and self.arrays is not None and (is_array(cur) or is_tensor(cur)):
@@ -172,7 +174,7 @@ class ReferrerGraph:
                 return Step("global", f"{module_label(mod)}.{key}", r)
             frame_label = frame_local_label(r, key)
             if frame_label is not None:
-                return Step("frame", frame_label, r)
+                return Step("frame", frame_label[0], r, library=not frame_label[1])
             owner = self.dict_owner(r)
             if owner is not None:
                 attr = _attr_name(owner, r)
@@ -201,7 +203,8 @@ class ReferrerGraph:
             if is_own_file(r.f_code.co_filename):
                 return None  # memwatch's own frames
             name = next((k for k, v in r.f_locals.items() if v is cur), "?")
-            return Step("frame", local_label(r, name), r)
+            return Step("frame", local_label(r, name), r,
+                        library=not is_user_file(r.f_code.co_filename))
         if isinstance(r, types.TracebackType):
             return Step("traceback", "", r)
         if isinstance(r, BaseException):
@@ -286,16 +289,18 @@ class Step:
     """One hop up the reference graph. A class of its own (not a tuple) so that the walker can
     recognise and skip its own bookkeeping when it lists referrers."""
 
-    __slots__ = ("kind", "label", "parent")
+    __slots__ = ("kind", "label", "library", "parent")
 
-    def __init__(self, kind: str, label: str, parent: Any) -> None:
+    def __init__(self, kind: str, label: str, parent: Any, library: bool = False) -> None:
         self.kind, self.label, self.parent = kind, label, parent
+        #: A local of a library's running function (named after the user's own).
+        self.library = library
 
 
 class _Candidate:
     __slots__ = ("prio", "step")
 
-    def __init__(self, prio: int, step: Step) -> None:
+    def __init__(self, prio: float, step: Step) -> None:
         self.prio, self.step = prio, step
 
 
@@ -323,6 +328,9 @@ PRIORITY = {
 
 #: Added to a hop's priority when the object it climbs to is a framework's bookkeeping.
 _LATER = 10
+#: ... and to a local of a library's running function (the framework's loop, whose ``self`` is
+#: the trainer): after the user's own function that holds the same object.
+_LIBRARY_FRAME = 0.5
 
 
 def is_tensor(obj: Any) -> bool:
