@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
+from memwatch.analysis.culprits import killer
 from memwatch.analysis.culprits.attribution import attribute
 from memwatch.analysis.culprits.census import census as census_mod
 from memwatch.analysis.culprits.growth.traced import attribute_traced
@@ -118,6 +119,7 @@ class LiveEvidence:
         self._blocks = sys.getallocatedblocks()
         self.last_census_ms = c.elapsed_ms
         rec = CensusRecord(epoch, c, rss, step=step)
+        killer.remember(rec, killer.in_use())  # the baseline of what a failure names
         prev = self._censuses[-1] if self._censuses else None
         self._censuses = [*self._censuses[-1:], rec]  # keep two: memory stays bounded
         return None if prev is None else (prev, rec)

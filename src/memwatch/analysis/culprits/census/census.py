@@ -302,16 +302,17 @@ def _drop_own(containers: dict[int, tuple[int, str]], own: list[Any]) -> None:
     """Leave out the containers memwatch's own objects and modules hold (three levels down: a
     census's dict of groups, a store's dict of lists, a module's cache of types, including
     the dict inside a ``weakref.WeakKeyDictionary``): they grow with the run by design.
-    Only containers, memwatch's own objects and the stdlib's weak containers are followed:
-    never into an object of the user's that memwatch holds (the trainer an adapter keeps)."""
+    Only containers and the stdlib's weak containers are followed (memwatch's own objects are
+    all in ``own`` already): never into an object of the user's that memwatch holds (the
+    trainer an adapter keeps)."""
     frontier: list[Any] = []
     for name, mod in list(sys.modules.items()):  # memwatch's module-level caches
         if ownership.is_own_module_name(name):
             d = getattr(mod, "__dict__", None)
             if isinstance(d, dict):
-                frontier.extend(v for v in d.values() if _followed(v))
+                frontier.extend(v for v in d.values() if type(v) in _FOLLOWED)
     for o in own:
-        frontier.extend(v for v in _attributes(o) if _followed(v))
+        frontier.extend(v for v in _attributes(o) if type(v) in _FOLLOWED)
     for _ in range(3):
         nxt: list[Any] = []
         for c in frontier:
@@ -319,9 +320,9 @@ def _drop_own(containers: dict[int, tuple[int, str]], own: list[Any]) -> None:
             try:
                 if type(c) in CONTAINER_TYPES:
                     vals = c.values() if isinstance(c, dict) else c
-                else:  # a weak container's inner one, or an object of memwatch's
+                else:  # a weak container: the container inside it
                     vals = _attributes(c)
-                nxt.extend(v for v in vals if _followed(v))
+                nxt.extend(v for v in vals if type(v) in _FOLLOWED)
             except Exception:  # noqa: BLE001 - mutated under us
                 continue
         frontier = nxt
@@ -329,15 +330,9 @@ def _drop_own(containers: dict[int, tuple[int, str]], own: list[Any]) -> None:
         containers.pop(id(c), None)
 
 
-_WEAK = (weakref.WeakKeyDictionary, weakref.WeakValueDictionary, weakref.WeakSet)
-
-
-def _followed(v: Any) -> bool:
-    """What the walk over memwatch's own state goes into: containers, weak containers and
-    memwatch's own objects (never a class, a module or a function: those are shared)."""
-    tp = type(v)
-    return tp in CONTAINER_TYPES or isinstance(v, _WEAK) or \
-        (not isinstance(v, type) and ownership.is_own_type(tp))
+#: What the walk over memwatch's own state goes into: containers and weak containers.
+_FOLLOWED = frozenset({*CONTAINER_TYPES, weakref.WeakKeyDictionary, weakref.WeakValueDictionary,
+                       weakref.WeakSet})
 
 
 def _attributes(o: Any) -> list[Any]:
