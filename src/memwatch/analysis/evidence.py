@@ -18,7 +18,7 @@ from memwatch.analysis.context import AnalyzerConfig, CheckContext
 from memwatch.analysis.stats.shapes import EpochStats
 
 __all__ = ["Attribution", "Census", "CensusPair", "CensusRecord", "ContainerGrowth", "Evidence",
-           "Group", "GroupGrowth", "GroupKey", "Holder"]
+           "Group", "GroupGrowth", "GroupKey", "Holder", "WorkerAttr", "WorkerGrowth"]
 
 #: (device, dtype, shape, requires_grad, grad_fn type name): what a census groups tensors by.
 GroupKey = tuple[str, str, tuple[int, ...], bool, str]
@@ -285,6 +285,37 @@ class Attribution:
         return ev
 
 
+@dataclasses.dataclass
+class WorkerAttr:
+    """A container of the Dataset that grew inside DataLoader workers since the last check, from
+    their own censuses (:mod:`memwatch.analysis.culprits.worker_census`)."""
+
+    name: str  # ``CachingDataset.cache``, ``data.CACHE``, ``CachingDataset.reader.cache``
+    kind: str  # "list", "dict", "set", "deque", "cache"
+    length: int  # its length now, in the worker where it is longest
+    len_delta: int  # elements each worker added since its previous census (mean)
+    bytes_delta: float  # what those elements weigh, per worker (mean)
+    element: str  # what they are, e.g. "tensors"
+    workers: int  # in how many workers it grew
+    #: Elements each gained in the stretch between checks before that (mean; 0: it did not
+    #: grow then, or the workers started since).
+    before: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class WorkerGrowth:
+    """What the DataLoader workers' own censuses say at a check: the containers of the Dataset
+    that grew in them, the most bytes first (empty: none grew, or no worker answered)."""
+
+    answered: int = 0  # workers whose census was read
+    attrs: list[WorkerAttr] = dataclasses.field(default_factory=list)
+    datasets: list[str] = dataclasses.field(default_factory=list)  # their Datasets' classes
+    seqs: list[int] = dataclasses.field(default_factory=list)  # the requests they answered
+
+
 #: The censuses of two checks, the earlier first: what an attribution diffs.
 CensusPair = tuple[CensusRecord, CensusRecord]
 
@@ -335,6 +366,11 @@ class Evidence(Protocol):
     def mapped_files(self) -> list[tuple[str, float]] | None:
         """The data files mapped now, most resident first: (path, resident bytes); None where
         the system cannot list them (no ``/proc/<pid>/smaps``)."""
+        ...
+
+    def worker_growth(self) -> WorkerGrowth | None:
+        """What the DataLoader workers' own censuses say grew in their Datasets (answered since
+        the previous check), and ask for the next; None where workers answer no census."""
         ...
 
     def alloc_conf(self) -> str:

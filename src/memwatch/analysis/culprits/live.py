@@ -20,7 +20,14 @@ from memwatch.analysis.culprits.attribution import attribute
 from memwatch.analysis.culprits.census import census as census_mod
 from memwatch.analysis.culprits.growth.traced import attribute_traced
 from memwatch.analysis.culprits.holders.loaders import dataset_bytes, loaders_with_workers
-from memwatch.analysis.evidence import Attribution, CensusPair, CensusRecord, Holder
+from memwatch.analysis.culprits.worker_census import WorkerCensus
+from memwatch.analysis.evidence import (
+    Attribution,
+    CensusPair,
+    CensusRecord,
+    Holder,
+    WorkerGrowth,
+)
 from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.core.costs import Costs
 from memwatch.probes import procfs
@@ -50,8 +57,17 @@ class LiveEvidence:
         ([10, 20], True)
     """
 
-    def __init__(self, costs: Costs | None = None) -> None:
+    def __init__(self, costs: Costs | None = None, workers_dir: str | None = None,
+                 share: str = "private") -> None:
         self._censuses: list[CensusRecord] = []
+        #: The DataLoader workers' own censuses (None: not asked, or the folder is unusable).
+        self._workers: WorkerCensus | None = None
+        if workers_dir is not None:
+            try:
+                self._workers = WorkerCensus(workers_dir, share)
+            except Exception as e:  # noqa: BLE001 - evidence only
+                log.warning("memwatch: DataLoader workers will not answer censuses (%s): a "
+                            "worker's leak is not named", e)
         self._costs = costs if costs is not None else Costs()
         #: Objects the last census walked (None until one ran).
         self.last_objects: int | None = None
@@ -161,6 +177,13 @@ class LiveEvidence:
         except Exception:  # noqa: BLE001 - evidence only; never fail a check over it
             log.debug("memwatch: reading /proc/self/smaps failed", exc_info=True)
             return []
+
+    def worker_growth(self) -> WorkerGrowth | None:
+        """The workers' latest censuses, and a request for the next (files: milliseconds)."""
+        if self._workers is None:
+            return None
+        with self._costs.timed("attribution"):
+            return self._workers.ask()
 
     def alloc_conf(self) -> str:
         return os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + os.environ.get(
