@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from typing import Protocol
 
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
 from memwatch.analysis.evidence import CensusPair, Evidence
@@ -29,6 +30,13 @@ from memwatch.core.findings import Finding
 from memwatch.timeline import EpochSummary
 
 log = logging.getLogger("memwatch")
+
+
+class Judge(Protocol):
+    """What judges a session's checks: :class:`Analyzer`, or any object with its ``check``
+    (``MemWatch.analyzer`` may be replaced by one)."""
+
+    def check(self, summary: EpochSummary, ctx: CheckContext) -> list[Finding]: ...
 
 # Metrics judged for leaks; the others are evidence.
 LEAK_METRICS = ("device.allocated", "host.rss", "workers.uss")
@@ -308,4 +316,4 @@ class Analyzer:
         return pair
 
 
-__all__ = ["LEAK_METRICS", "Analyzer", "AnalyzerConfig", "CheckContext"]
+__all__ = ["LEAK_METRICS", "Analyzer", "AnalyzerConfig", "CheckContext", "Judge"]

@@ -17,6 +17,7 @@ from memwatch.analysis.stats.forecast import remaining_steps
 from memwatch.analysis.stats.held import verdict, worth_reporting
 from memwatch.analysis.stats.shapes import EpochStats, ShapeConfig
 from memwatch.core.findings import Origin
+from memwatch.timeline import EpochSummary
 
 __all__ = ["CENSUS_MODES", "AnalyzerConfig", "CheckContext"]
 
@@ -137,7 +138,7 @@ class CheckContext:
 
     origin: Origin = Origin()
     at: str = "epoch_end"
-    partial: Any = None
+    partial: EpochSummary | None = None
     limits: Mapping[str, float] = dataclasses.field(default_factory=dict)
     limit_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     total_steps: int | None = None

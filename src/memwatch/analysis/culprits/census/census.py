@@ -164,7 +164,7 @@ def take_census(collect: bool = False, count_types: bool = True,
             )
             st = None
             if o.layout == torch.strided and not o.is_meta:  # type: ignore[union-attr]
-                st = o.untyped_storage()
+                st = graphs.own_storage(o)  # None for a DTensor: its local tensor is counted
             view = st is not None and o._is_view()
         except Exception:  # noqa: BLE001 - exotic tensor subclasses: skip, never fail
             continue

@@ -35,6 +35,19 @@ CALL_SAMPLE_NODES = 32
 _saved_names: dict[type, tuple[str, ...]] = {}
 
 
+def own_storage(t: Any) -> Any | None:
+    """The storage holding ``t``'s bytes, or None when ``t`` has none of its own: not a tensor, a
+    non-strided tensor, or a wrapper subclass such as ``DTensor`` (FSDP2's sharded parameters and
+    their optimizer state), whose storage cannot be read and whose bytes are its local tensor's,
+    a live tensor of its own that the census counts where it is."""
+    try:
+        st = t.untyped_storage()
+        st.data_ptr()  # a wrapper subclass's storage raises here ("invalid python storage")
+        return st
+    except Exception:  # noqa: BLE001
+        return None
+
+
 @dataclasses.dataclass
 class GraphWalk:
     """Nodes reached from some tensors' ``grad_fn`` in one walk, shared nodes counted once."""
@@ -107,9 +120,8 @@ class GraphWalk:
             except Exception:  # noqa: BLE001 - freed by backward(): nothing held
                 continue
             for t in v if isinstance(v, (tuple, list)) else (v,):
-                try:
-                    st = t.untyped_storage()
-                except Exception:  # noqa: BLE001 - not a tensor
+                st = own_storage(t)
+                if st is None:  # not a tensor, or one without a storage of its own
                     continue
                 ptr = int(st.data_ptr())
                 if ptr and ptr not in self._storages:

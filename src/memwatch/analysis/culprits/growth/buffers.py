@@ -23,6 +23,7 @@ import types
 from collections.abc import Iterable
 from typing import Any
 
+from memwatch.analysis.culprits.census.graphs import own_storage
 from memwatch.analysis.culprits.census.ownership import is_own_file
 
 __all__ = ["MAX_ELEMENTS", "Buffer", "BufferKey", "buffer_of", "held_elsewhere", "population"]
@@ -135,7 +136,9 @@ def _storage(t: Any) -> Buffer | None:
     try:
         if t.is_meta or t.layout != sys.modules["torch"].strided:
             return None
-        st = t.untyped_storage()
+        st = own_storage(t)  # None for a wrapper subclass (DTensor): its local tensor counts
+        if st is None:
+            return None
         base = t._base if t._is_view() else t
         return ("t", str(t.device), int(st.data_ptr())), int(st.nbytes()), \
             base if base is not None else t
