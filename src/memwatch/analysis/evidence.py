@@ -160,10 +160,17 @@ class Holder:
     #: ``train_logits``); the whole route is :attr:`path`. None: no name to give.
     name: str | None = None
 
+    @property
+    def shown(self) -> str:
+        """How a culprit names it: the path, or the short :attr:`name` when the path is a long
+        route (through closures, frames, caches: two hops or more); the route stays in the
+        evidence (``evidence["holder"]``)."""
+        return f"`{self.name}`" if self.name and self.path.count(" → ") >= 2 else self.path
+
     def describe(self, delta: int | None = None, since: str = "since the last check") -> str:
         """``Net.kept_features (list, 1000 tensors, +250 since the last check)``."""
         if self.container is None:
-            return self.path
+            return self.shown
         parts = [self.container]
         if self.container_len is not None:
             parts.append(f"{self.container_len} {self.elements or 'items'}")
@@ -172,7 +179,7 @@ class Holder:
         if self.via_traceback and ".__traceback__" not in self.path:
             # The route below the named container was left out: it went through tracebacks.
             parts.append("each keeps its traceback, whose frames keep their locals")
-        return f"{self.path} ({', '.join(parts)})"
+        return f"{self.shown} ({', '.join(parts)})"
 
 
 @dataclasses.dataclass

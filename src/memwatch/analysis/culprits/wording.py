@@ -104,7 +104,7 @@ def graph_culprit(a: Attribution) -> tuple[str, list[str], str]:
     total = f", {a.graph_nodes_named:,} nodes now" if a.graph_nodes_named else ""
     grew = (f"its autograd graph grew by {g.graph_nodes_delta:,} nodes "
             f"(about {fmt_bytes(max(g.graph_bytes_delta, 0))}) {since(a)}{total}")
-    culprit = f"{h.path} — {g.group.describe()}: {grew}" if h is not None else \
+    culprit = f"{h.shown} — {g.group.describe()}: {grew}" if h is not None else \
         f"a {g.group.describe()} tensor: {grew}"
     detail = ("Every step chains its graph onto this tensor, as a running sum kept with its "
               "history does (`total += loss`): `backward()` freed the saved activations but not "

@@ -204,14 +204,16 @@ class _Answers:
     def __init__(self, dataset: Any, seq: int) -> None:
         self.dataset = dataset
         self.seq = seq
-        self.now, self.cpu_ms = dataset_lengths(dataset)
+        self.refs: dict[str, tuple[Any, str]] = {}  # what each name's growth is weighed from
+        self.now, self.cpu_ms = dataset_lengths(dataset, self.refs)
         self.at_request = dict(self.now)  # lengths at the latest request seen
         self.before: dict[str, int] = {}  # gained between the two latest requests
         self.weights: dict[str, tuple[float, str]] = {}
 
     def update(self, seq: int) -> bool:
         """Take the census again (at a new request: mark it). True when the answer changed."""
-        now, self.cpu_ms = dataset_lengths(self.dataset)
+        self.refs = {}
+        now, self.cpu_ms = dataset_lengths(self.dataset, self.refs)
         changed = now != self.now or seq > self.seq
         if seq > self.seq:
             self.before = {k: n - self.at_request[k][0] for k, (n, kind) in now.items()
@@ -238,13 +240,19 @@ class _Answers:
 
     def _weigh(self, name: str, kind: str, n: int, delta: int) -> tuple[float, str]:
         """What a container's new elements weigh: a sample of them (16), each buffer once,
-        scaled to all (no pass over the worker's heap: its pages stay shared)."""
-        c = next((c for nm, c, _ in _containers(self.dataset) if nm == name), None)
+        scaled to all (no pass over the worker's heap: its pages stay shared); for an attribute
+        counted over a list of objects, a sample of its values."""
+        c, attr = self.refs.get(name, (None, ""))
         if c is None:
             return 0.0, ""
         scale = Scale()
         try:
-            sample = new_elements(c, kind, delta)
+            if attr:
+                sample = [v[attr] for v in map(_vars, c[::max(len(c) // 1024, 1)])
+                          if attr in v][-16:]
+                kind = "list"
+            else:
+                sample = new_elements(c, kind, delta)
             if not sample:
                 return 0.0, ""
             w = sum(scale.weigh(x) for x in sample)
@@ -255,16 +263,45 @@ class _Answers:
             scale.close()
 
 
-def dataset_lengths(dataset: Any) -> tuple[dict[str, tuple[int, str]], float]:
+def dataset_lengths(dataset: Any, refs: dict[str, tuple[Any, str]] | None = None
+                    ) -> tuple[dict[str, tuple[int, str]], float]:
     """The length of every container the Dataset keeps (see :func:`_containers`), by name,
-    and the CPU milliseconds that took."""
+    and the CPU milliseconds that took. A list of the user's objects (``ConcatDataset``'s
+    datasets) is also counted by attribute: how many of them have each attribute set, as
+    ``Element.attr`` of kind ``"attribute"`` (a ``cached_property`` that every dataset a worker
+    reads fills in: eva#387). ``refs`` gets, per name, what to weigh its growth from."""
     t0 = time.thread_time()
     out: dict[str, tuple[int, str]] = {}
     for name, c, kind in _containers(dataset):
         n = cache_size(c) if kind == "cache" else len(c)
-        if n is not None:
-            out[name] = (n, kind)
+        if n is None:
+            continue
+        out[name] = (n, kind)
+        if refs is not None:
+            refs[name] = (c, "")
+        if kind == "list" and n >= 2 and is_user_type(type(c[0])):
+            for attr, (count, tname) in _attribute_counts(c).items():
+                out[f"{tname}.{attr}"] = (count, "attribute")
+                if refs is not None:
+                    refs[f"{tname}.{attr}"] = (c, attr)
     return out, round((time.thread_time() - t0) * 1000.0, 3)
+
+
+#: Elements of a list of the user's objects whose attributes are counted (an even sample).
+POPULATION_SAMPLE = 256
+
+
+def _attribute_counts(items: list[Any]) -> dict[str, tuple[int, str]]:
+    """How many of ``items`` (estimated from an even sample) have each instance attribute set,
+    with their class's name."""
+    stride = max(len(items) // POPULATION_SAMPLE, 1)
+    counts: dict[str, int] = {}
+    tname = type(items[0]).__name__
+    for x in items[::stride][:POPULATION_SAMPLE]:
+        for k in list(_vars(x)):
+            if isinstance(k, str) and not k.startswith("__"):
+                counts[k] = counts.get(k, 0) + 1
+    return {k: (n * stride, tname) for k, n in counts.items()}
 
 
 def _containers(dataset: Any) -> list[tuple[str, Any, str]]:

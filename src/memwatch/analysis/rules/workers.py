@@ -198,11 +198,19 @@ def _held_in_workers(workers: int, grown: WorkerGrowth | None
         return f"{where} ({why})", generic, census
     a = grown.attrs[0]
     what = f"{a.length:,} {a.element or 'items'}" if a.element else f"{a.length:,} items"
-    culprit = (f"`{a.name}` in each DataLoader worker ({a.kind}, {what}, "
-               f"+{a.len_delta:,} per worker since the last check, about "
+    owner = a.name.split(".", 1)[0]
+    held = (f"set on about {a.length:,} {owner} objects, on +{a.len_delta:,} more per worker"
+            if a.kind == "attribute" else
+            f"{a.kind}, {what}, +{a.len_delta:,} per worker")
+    culprit = (f"`{a.name}` in each DataLoader worker ({held} since the last check, about "
                f"+{fmt_bytes(a.bytes_delta)} per worker, growing in {a.workers} of "
                f"{grown.answered} workers)")
-    if a.kind == "cache":
+    if a.kind == "attribute":
+        fix = (f"`{a.name}` is filled in on every {owner} a worker reads (a "
+               "`functools.cached_property`, a lazily opened file or model) and kept for the "
+               "object's lifetime, in each worker's copy: keep it in a bounded cache "
+               "(`functools.lru_cache(maxsize=N)` at module level) or close it after use.")
+    elif a.kind == "cache":
         fix = (f"`{a.name}` is a functools cache filled in every worker: give it a bound "
                "(`maxsize=N`) or key it on what repeats; each worker keeps its own copy.")
     else:
