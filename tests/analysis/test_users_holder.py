@@ -14,6 +14,7 @@ import torch
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
 from memwatch.analysis.culprits import attribution
 from memwatch.analysis.culprits.census import census as C
+from memwatch.analysis.culprits.census import ownership
 from memwatch.analysis.culprits.holders import holders as H
 from memwatch.analysis.culprits.holders.untracked import ArrayBases
 from memwatch.analysis.culprits.wording import culprit_of
@@ -65,6 +66,22 @@ def test_nothing_of_ours_is_a_culprit_or_a_route() -> None:
     # memwatch's own module cache is not even a growing container of the census
     assert id(C._TYPE_INFO.data) not in cur.containers
     del planted
+
+
+def test_our_own_functools_caches_are_not_containers_of_the_census() -> None:
+    """memwatch's own ``lru_cache`` s (``ownership.is_user_file``, filled by every census) grow
+    with the run by design: the census leaves them out, while a user's cache is recorded."""
+    prev = C.take_census()
+    for i in range(50):
+        ownership.is_user_file(f"/nowhere/planted_{i}.py")
+        adapter_for(_MODEL, 10_000 + i)
+    cur = C.take_census()
+    assert id(ownership.is_user_file) not in cur.containers
+    assert id(ownership.excluded) not in cur.containers
+    assert cur.containers[id(adapter_for)][1] == "cache"  # (the user's, beside it)
+    assert cur.containers[id(adapter_for)][0] >= 50
+    assert id(ownership.is_user_file) not in prev.containers
+    adapter_for.cache_clear()
 
 
 def test_what_only_our_adapter_keeps_names_nobody() -> None:
@@ -177,3 +194,26 @@ def test_the_fix_names_the_growing_container_not_the_route() -> None:
     assert suggestions[0].startswith("`processor.last_step_result` is a cache"), suggestions
     assert a.evidence()["holder"] == a.holder.path and "last_step_result" in a.holder.path
     del train
+
+
+_NODES: list[Any] = []  # autograd nodes kept: their saved inputs are held from C++ only
+
+
+def test_a_shape_alone_says_why_no_holder_was_named() -> None:
+    """Tensors kept only as the saved inputs of kept autograd nodes: nothing in Python refers
+    to them, so no holder can be named. The culprit is their shape *with why*, and no advice
+    points at a bundle that does not exist (``memwatch inspect`` only after ``mw.dump``)."""
+    w = torch.ones(1024, requires_grad=True)
+    prev = C.take_census()
+    for _ in range(12):  # (fewer than a recorded container's 16: the list is not a candidate)
+        _NODES.append((torch.randn(256, 1024) * w).grad_fn)
+    cur = C.take_census()
+    a = _attribute(prev, cur, steps=12)
+    culprit, suggestions, _ = culprit_of("host.rss", a)
+    assert a.holder is None and a.holder_note is not None, a.holder
+    assert "float32[256x1024]" in str(culprit), culprit
+    assert "(no holder named: nothing in Python refers to these objects" in str(culprit)
+    assert a.evidence()["holder_note"] == a.holder_note
+    for s in suggestions:
+        assert "memwatch inspect" not in s or "mw.dump(" in s, s
+    _NODES.clear()
