@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in rows.items():
         print(f"  {k:<22} {v:>10.1f}" if isinstance(v, float) else f"  {k:<22} {v}")
     _common.write_results(args.out, args.quick, **rows)
-    del kept, model
+    del kept
     return 0
 
 
