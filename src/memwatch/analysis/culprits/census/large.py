@@ -15,11 +15,12 @@ import itertools
 import sys
 import time
 import types
+from collections.abc import Iterator
 from typing import Any
 
 from memwatch.analysis.culprits.census.ownership import is_own_file
 
-__all__ = ["MIN_BYTES", "LargeBuffers", "large_buffers"]
+__all__ = ["MIN_BYTES", "LargeBuffers", "UntrackedScan", "large_buffers"]
 
 #: Buffers from this size are counted one by one (a page-sized string is nobody's OOM).
 MIN_BYTES = 1 << 20
@@ -44,6 +45,32 @@ class LargeBuffers:
         self.groups.clear()
 
 
+class UntrackedScan:
+    """The objects of the ``wanted`` types that the collector's objects refer to: what it does
+    not track itself (``bytes``, ``bytearray``, numpy arrays), found a chunk of the heap at a
+    time (one C call each) until ``deadline`` (CPU time of this thread, ``time.thread_time()``);
+    ``truncated`` says the pass stopped there (what was found so far was given)."""
+
+    def __init__(self, wanted: set[type], deadline: float) -> None:
+        self.wanted = wanted
+        self.deadline = deadline
+        self.truncated = False
+
+    def __iter__(self) -> Iterator[Any]:
+        wanted = self.wanted
+        objs = gc.get_objects()
+        try:
+            for i in range(0, len(objs), _CHUNK):
+                if time.thread_time() > self.deadline:
+                    self.truncated = True
+                    return
+                refs = gc.get_referents(*objs[i:i + _CHUNK])
+                yield from itertools.compress(refs, map(wanted.__contains__, map(type, refs)))
+                del refs
+        finally:
+            del objs
+
+
 def nbytes(obj: Any) -> int:
     """A buffer's bytes: its length for ``bytes``/``bytearray``, ``nbytes`` for an array."""
     if type(obj) in (bytes, bytearray):
@@ -64,20 +91,12 @@ def large_buffers(min_bytes: int = MIN_BYTES, budget_s: float = 1.0,
     if np is not None:
         wanted.add(np.ndarray)
     found: dict[int, Any] = {}
-    objs = gc.get_objects()
-    try:
-        for i in range(0, len(objs), _CHUNK):
-            if time.thread_time() > deadline:
-                out.truncated = True
-                break
-            refs = gc.get_referents(*objs[i:i + _CHUNK])
-            for b in itertools.compress(refs, map(wanted.__contains__, map(type, refs))):
-                owner = _owner(b, np)
-                if owner is not None and id(owner) not in found and nbytes(owner) >= min_bytes:
-                    found[id(owner)] = owner
-            del refs
-    finally:
-        del objs
+    scan = UntrackedScan(wanted, deadline)
+    for b in scan:
+        owner = _owner(b, np)
+        if owner is not None and id(owner) not in found and nbytes(owner) >= min_bytes:
+            found[id(owner)] = owner
+    out.truncated = scan.truncated
     bufs = sorted(found.values(), key=nbytes, reverse=True)[:limit]
     found.clear()
     out.count = len(bufs)

@@ -11,18 +11,14 @@ made this way, and a module list that keeps them keeps the tensors.
 
 from __future__ import annotations
 
-import gc
-import itertools
 import sys
 import time
 import weakref
 from typing import Any
 
+from memwatch.analysis.culprits.census.large import UntrackedScan
+
 __all__ = ["ArrayBases", "is_array", "is_lru_cache"]
-
-#: Objects whose referents are listed at a time (one C call each).
-_CHUNK = 8192
-
 
 def is_array(obj: Any) -> bool:
     """A numpy array (never imports numpy)."""
@@ -60,23 +56,14 @@ class ArrayBases:
         if np is None:
             return out
         wanted = {np.ndarray, getattr(np, "memmap", np.ndarray)}
-        deadline = time.thread_time() + self.budget_s
-        objs = gc.get_objects()
-        try:
-            for i in range(0, len(objs), _CHUNK):
-                if time.thread_time() > deadline:
-                    self.truncated = True
-                    break
-                refs = gc.get_referents(*objs[i:i + _CHUNK])
-                for a in itertools.compress(refs, map(wanted.__contains__, map(type, refs))):
-                    base = a.base
-                    if base is not None:
-                        lst = out.setdefault(id(base), [])
-                        if len(lst) < 64 and not any(x() is a for x in lst):
-                            lst.append(weakref.ref(a))
-                del refs
-        finally:
-            del objs
+        scan = UntrackedScan(wanted, time.thread_time() + self.budget_s)
+        for a in scan:
+            base = a.base
+            if base is not None:
+                lst = out.setdefault(id(base), [])
+                if len(lst) < 64 and not any(x() is a for x in lst):
+                    lst.append(weakref.ref(a))
+        self.truncated = scan.truncated
         return out
 
     def close(self) -> None:
