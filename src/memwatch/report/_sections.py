@@ -148,6 +148,9 @@ def _tensors(p: Page) -> None:
         return
     p.details("tensors", f"Largest live tensors <span class='muted'>({len(d.top_tensors)} "
                          "group(s) in the census)</span>")
+    if d.killer:  # what held the memory that grew since the last check
+        p.add(f"<p><b>What grew since the last check:</b> {_e(d.killer[0])}</p><ul>"
+              + "".join(f"<li>{_e(ln)}</li>" for ln in d.killer[1:]) + "</ul>")
     if not d.top_tensors:
         p.add(f"<p class='muted'>{_e(d.census_note or 'No census recorded.')}</p>")
         p.end_details()

@@ -73,6 +73,9 @@ class ReportData:
     workers: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     top_tensors: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     census_note: str | None = None
+    #: A bundle's killer: what held the memory that grew since the last check (a sentence,
+    #: then one line per holder).
+    killer: list[str] = dataclasses.field(default_factory=list)
     allocator_stats: dict[str, Any] | None = None
     snapshot: Any = None
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -260,7 +263,7 @@ def _fullness_from(latest: dict[str, float], limits: dict[str, float]) -> list[d
 def from_bundle(bundle: Bundle, display_path: str | None = None) -> ReportData:
     """The report of an OOM bundle (raises :class:`memwatch.core.errors.BundleError` only for a
     corrupted manifest-level problem; a corrupted optional part becomes a note)."""
-    from memwatch.report.summary import summarize
+    from memwatch.report.summary import killer_lines, summarize
 
     s = summarize(bundle)
     m = s.manifest
@@ -285,6 +288,7 @@ def from_bundle(bundle: Bundle, display_path: str | None = None) -> ReportData:
     d.fullness = s.fullness
     d.top_tensors = s.top_tensors
     d.census_note = s.census_note
+    d.killer = killer_lines(s)
     d.findings = s.findings
     d.environment = s.environment
     d.files = dict(m.get("files") or {})

@@ -268,7 +268,7 @@ class FlightRecorder:
             cap: Capture | None = None
             pend = self._pending
             if (pend is not None and not pend.claimed and cls.kind == "cuda_oom"
-                    and time.monotonic() - pend.mono < _PENDING_MAX_AGE_S):
+                    and time.monotonic() - max(pend.mono, pend.done) < _PENDING_MAX_AGE_S):
                 pend.claimed = True
                 self._pending = None
                 cap = pend
@@ -277,7 +277,7 @@ class FlightRecorder:
                 return None
             if cap is None:
                 self._release_reserve()  # room for the capture itself (census, copies)
-                cap = self._capture(False, None)
+                cap = self._capture(False, None, killer=cls.is_oom)
             path = self._write("exception", None, exc, cls, cap)
             self._mark(exc, path)
             return path
@@ -297,7 +297,8 @@ class FlightRecorder:
                 return None
             cls = classify(exc, self.kernel_oom_kills()) if exc is not None else None
             self._release_reserve()
-            path = self._write(trigger, reason, exc, cls, self._capture(False, None))
+            path = self._write(trigger, reason, exc, cls,
+                               self._capture(False, None, killer=cls is not None and cls.is_oom))
             if exc is not None and path is not None:
                 self._mark(exc, path)
             return path
@@ -342,12 +343,14 @@ class FlightRecorder:
     def on_step_boundary(self) -> None:
         """Called from the session every few steps: flush a capture nobody claimed."""
         pend = self._pending
-        if pend is not None and not pend.claimed and time.monotonic() - pend.mono > 1.0:
+        if pend is not None and not pend.claimed and \
+                time.monotonic() - max(pend.mono, pend.done) > 1.0:
             self._flush_pending()
 
-    def _capture(self, pre_unwind: bool, observer: dict[str, int] | None) -> Capture:
+    def _capture(self, pre_unwind: bool, observer: dict[str, int] | None,
+                 killer: bool = True) -> Capture:
         return capture(self.view, pre_unwind, observer, self.config.timeline_rows,
-                       self.config.census_top_n)
+                       self.config.census_top_n, killer=killer)
 
     # ------------------------------------------------------------------ writing
     def _write(self, trigger: str, reason: str | None, exc: BaseException | None,

@@ -98,9 +98,14 @@ class Checker:
         try:
             from memwatch.analysis import Analyzer
             from memwatch.analysis.culprits.live import LiveEvidence
+            from memwatch.bundle.paths import OutputPaths
 
-            self.analyzer = Analyzer(self._config.analyzer_config,
-                                     evidence=LiveEvidence(self._costs))
+            cfg = self._config
+            # DataLoader workers answer censuses of their own to the training session
+            workers = str(OutputPaths.resolve(cfg.out_dir).workers) \
+                if cfg.workers and cfg.stage == "train" else None
+            self.analyzer = Analyzer(cfg.analyzer_config, evidence=LiveEvidence(
+                self._costs, workers_dir=workers, share=cfg.share))
         except Exception as e:  # noqa: BLE001
             self._faults.disable("analyzer", e)
 

@@ -34,6 +34,7 @@ from memwatch.analysis.evidence import (
     CensusPair,
     CensusRecord,
     Holder,
+    WorkerGrowth,
 )
 from memwatch.analysis.stats.shapes import EpochStats
 
@@ -49,7 +50,8 @@ class RecordedEvidence:
             explain as ``rss_growth_bytes`` when none is set); the default explains nothing.
         objects: the object count a census would walk; ``seconds_per_object`` its cost.
         dataset: what :meth:`dataset_bytes` answers; ``loaders`` what
-            :meth:`loaders_with_workers` answers; ``files`` what :meth:`mapped_files` answers.
+            :meth:`loaders_with_workers` answers; ``files`` what :meth:`mapped_files` answers;
+            ``workers`` what :meth:`worker_growth` answers.
         censuses, attributions: how many of each the analyzer asked for.
     """
 
@@ -59,6 +61,7 @@ class RecordedEvidence:
     dataset: float | None = None
     loaders: tuple[int, Holder | None] = (0, None)
     files: list[tuple[str, float]] | None = None
+    workers: WorkerGrowth | None = None
     conf: str = ""
     censuses: int = 0
     attributions: int = 0
@@ -98,6 +101,9 @@ class RecordedEvidence:
 
     def mapped_files(self) -> list[tuple[str, float]] | None:
         return self.files
+
+    def worker_growth(self) -> WorkerGrowth | None:
+        return self.workers
 
     def alloc_conf(self) -> str:
         return self.conf
