@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from memwatch.analysis.culprits.evidence import Attribution, CensusPair, Holder
+from memwatch.analysis.culprits.evidence import Attribution, CensusPair, Holder, HolderSize
 from memwatch.analysis.stats.shapes import EpochStats, ShapeConfig
 from memwatch.core.findings import Origin
 
@@ -163,6 +163,20 @@ class CheckContext:
     #: (bytes; the same counters read around each check): ``host.malloc_in_use`` is judged
     #: without them.
     own_in_use: float = 0.0
+    #: The fast metrics read at this check, before its own work: after the unit's last step
+    #: and whatever ran after it (an evaluation, epoch-end hooks). Memory a boundary takes and
+    #: keeps shows here first (:attr:`EpochStats.stair`).
+    closing: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    #: What ran since the unit's last step ("val": an evaluation loop), when told.
+    after: str | None = None
+    #: An evaluation loop judged beside a training session of the same process: memory kept
+    #: across its runs is the training session's to judge (it sees what each evaluation
+    #: leaves, at the run's pace, and what training adds between two evaluations, which this
+    #: session would count as its own); this one says what happens inside an evaluation.
+    beside_training: bool = False
+    #: The run's pace: wall seconds per optimizer step since the first check's unit began,
+    #: evaluations and checks included (forecasts in wall time use it); None: the unit's own.
+    seconds_per_step: float | None = None
 
     def __post_init__(self) -> None:
         if self.census not in CENSUS_MODES:
@@ -238,4 +252,9 @@ class Evidence(Protocol):
 
     def alloc_conf(self) -> str:
         """The device allocator's configuration (``PYTORCH_CUDA_ALLOC_CONF``)."""
+        ...
+
+    def holder_size(self, path: str) -> HolderSize | None:
+        """The holder an earlier attribution named ``path``, measured again now (its items
+        and its own bound); None when it is gone or cannot be measured."""
         ...

@@ -34,6 +34,7 @@ from memwatch.analysis.culprits.evidence import (
     CensusPair,
     CensusRecord,
     Holder,
+    HolderSize,
 )
 from memwatch.analysis.stats.shapes import EpochStats
 
@@ -50,6 +51,8 @@ class RecordedEvidence:
         objects: the object count a census would walk; ``seconds_per_object`` its cost.
         dataset: what :meth:`dataset_bytes` answers; ``loaders`` what
             :meth:`loaders_with_workers` answers; ``files`` what :meth:`mapped_files` answers.
+        sizes: what :meth:`holder_size` answers, by holder path (set it between checks to
+            script a holder that grows, fills its bound or stops).
         censuses, attributions: how many of each the analyzer asked for.
     """
 
@@ -60,6 +63,7 @@ class RecordedEvidence:
     loaders: tuple[int, Holder | None] = (0, None)
     files: list[tuple[str, float]] | None = None
     conf: str = ""
+    sizes: dict[str, HolderSize] = dataclasses.field(default_factory=dict)
     censuses: int = 0
     attributions: int = 0
     _last: CensusRecord | None = None
@@ -101,3 +105,6 @@ class RecordedEvidence:
 
     def alloc_conf(self) -> str:
         return self.conf
+
+    def holder_size(self, path: str) -> HolderSize | None:
+        return self.sizes.get(path)

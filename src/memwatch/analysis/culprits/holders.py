@@ -19,6 +19,7 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
+from memwatch.analysis.culprits.bounds import bound_of, is_lru_cache, measurer
 from memwatch.analysis.culprits.evidence import Holder
 from memwatch.analysis.culprits.frames import live_frame_local
 from memwatch.analysis.culprits.names import elements_of, is_index
@@ -87,6 +88,13 @@ class _Walker:
         #: The walk passed through a torch optimizer's per-parameter ``state`` and through no
         #: growing container above that optimizer.
         self.optimizer_state = False
+        #: The container the holder's name describes, an ``lru_cache`` the walk passed, and
+        #: the object whose attribute holds that container (its bound is read from them, and
+        #: a later check measures them again through weak references: see :mod:`.bounds`).
+        self.named: Any = None
+        self.cache: Any = None
+        self.way_owner: Any = None
+        self.way_attr: str | None = None
         self.graph.ignore.add(id(self.__dict__))
 
     def _owned(self, obj: Any) -> bool:
@@ -112,6 +120,7 @@ class _Walker:
         if type(target) in CONTAINER_TYPES:
             container, container_len = CONTAINER_TYPES[type(target)], len(target)
             self.elements = elements_of(target)
+            self.named = target
             if id(target) in self.owners:
                 self.owner_delta = self.owners[id(target)]
                 stripping = False
@@ -131,6 +140,7 @@ class _Walker:
                 break
             kind, label, parent = step.kind, step.label, step.parent
             del step
+            self._note_way(cur, kind, label, parent)
             owner = _container_of(kind, label, parent)
             if kind == "attr_dict" and label.startswith(".state[") and _is_optimizer(parent):
                 self.optimizer_state = True
@@ -143,6 +153,7 @@ class _Walker:
                 container_len = len(owner)
                 self.elements = elements_of(owner)
                 self.owner_delta = self.owners[id(owner)]
+                self.named = owner
                 stripping = False
                 del owner
                 if kind == "attr_dict":  # ``.cache[key]``: the attribute names the owner
@@ -160,6 +171,7 @@ class _Walker:
                     if kind == "attr_dict" else parent
                 container_len = len(box) if hasattr(box, "__len__") else None
                 self.elements = element_name(cur)
+                self.named = box
                 if kind == "attr_dict":  # ``.cache[key]``: keep the attribute's name
                     segments.append(label.split("[", 1)[0])
                     stripping = False
@@ -171,10 +183,13 @@ class _Walker:
                 container = "dict"
                 held: Any = getattr(parent, label[1:].split("[", 1)[0], None)
                 container_len = len(held) if hasattr(held, "__len__") else None
+                self.named = held
+                del held
             elif container is None and kind in ("list", "dict", "deque", "set", "tuple"):
                 container = kind
+                self.named = cur if kind != "dict" else parent
                 try:
-                    container_len = len(cur if kind != "dict" else parent)
+                    container_len = len(self.named)
                 except TypeError:
                     container_len = None
             if kind == "global":
@@ -224,9 +239,35 @@ class _Walker:
             root = "hook"
         elif via_tb:
             root = "traceback"
-        return Holder(path, root, container, container_len, via_tb, via_hook, hook_count,
-                      self.elements if container is not None else None,
-                      owner_delta=self.owner_delta, optimizer_state=self.optimizer_state)
+        # The bound is the cache's when the walk went through an lru_cache, else the named
+        # container's own (a deque's maxlen).
+        box = self.cache if self.cache is not None else self.named
+        try:
+            return Holder(path, root, container, container_len, via_tb, via_hook, hook_count,
+                          self.elements if container is not None else None,
+                          owner_delta=self.owner_delta, optimizer_state=self.optimizer_state,
+                          bound=bound_of(box) if box is not None else None,
+                          measure=measurer(box, self.way_owner, self.way_attr)
+                          if box is not None else None)
+        finally:
+            self.named = self.cache = self.way_owner = box = None
+
+    def _note_way(self, cur: Any, kind: str, label: str, parent: Any) -> None:
+        """Remember an lru_cache the walk goes through, and who holds the named container by
+        which name (a ``list`` or ``dict`` takes no weak reference: its owner's attribute is
+        the way back to it)."""
+        if kind == "owner" and self.cache is None and is_lru_cache(parent):
+            self.cache = parent
+        if cur is not self.named or self.way_attr is not None:
+            return
+        if kind == "attr":
+            self.way_owner, self.way_attr = parent, label[1:]
+        elif kind == "attr_dict":
+            self.way_owner, self.way_attr = parent, label[1:].split("[", 1)[0]
+        elif kind == "global":
+            mod = self.graph.module_dicts.get(id(parent))
+            if mod is not None:
+                self.way_owner, self.way_attr = mod, label.rsplit(".", 1)[-1]
 
 
 def _is_optimizer(obj: Any) -> bool:

@@ -94,7 +94,8 @@ def cross_rank_findings(summaries: Sequence[dict[str, Any] | None], missing: Seq
             bytes_per_step=max((v or 0.0) for v in rates.values()),
             steps_to_oom=worst[1]["steps_to_oom"], culprit=f"rank {worst[0]}: "
             + (worst[1]["culprit"] or "see that rank's findings"),
-            evidence={"ranks": ranks, "only_some_ranks": only_some, "bytes_per_step": rates},
+            evidence={"ranks": ranks, "only_some_ranks": only_some, "bytes_per_step": rates,
+                      "world_size": world},
             rank=worst[0]))
     # Ranks close to their limit: the job's first OOM will be on one of them.
     near_by_metric: dict[str, dict[int, str]] = {}
