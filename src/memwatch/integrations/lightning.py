@@ -148,7 +148,7 @@ class MemWatchCallback(Adapter, Callback):
 
     def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         if not trainer.sanity_checking:
-            self._d.end_epoch("val")
+            self._d.end_epoch("val", epoch_end_follows=_epoch_end_follows(trainer))
 
     def on_test_epoch_start(self, trainer: Any, pl_module: Any) -> None:
         self._d.eval_start("test")
@@ -227,6 +227,14 @@ def _root_device(trainer: Any) -> Any:
         return trainer.strategy.root_device
     except Exception:  # noqa: BLE001
         return "cpu"
+
+
+def _epoch_end_follows(trainer: Any) -> bool:
+    """A validation at the end of a training epoch (its last batch done): the epoch's own check
+    follows it and reads what it kept."""
+    progress = getattr(getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None),
+                       "batch_progress", None)
+    return bool(getattr(progress, "is_last_batch", False))
 
 
 def _planned_steps(trainer: Any) -> Any:

@@ -66,7 +66,10 @@ if TYPE_CHECKING:
 
     from memwatch.session.options import WatchOptions
 
-__all__ = ["MAX_FINDINGS", "MemWatch"]
+__all__ = ["BOUNDARY_MIN_STEPS", "MAX_FINDINGS", "MemWatch"]
+
+#: Steps since the last check a boundary's own check needs: ``check_every_n_steps``' minimum.
+BOUNDARY_MIN_STEPS = 16
 
 
 class MemWatch:
@@ -143,7 +146,7 @@ class MemWatch:
     probes: Part[list[Probe]] = Part("_sampling", "probes")
     #: Components turned off after an error: name -> cause.
     disabled: Part[dict[str, str]] = Part("_faults", "disabled")
-    #: Every finding so far (the latest 1,000).
+    #: Every finding so far (the latest 1,000); the current ones: :meth:`current_findings`.
     findings: Part[list[Finding]] = Part("_checker", "findings")
     #: Checks run so far (epoch ends and checks inside epochs).
     checks: Part[int] = Part("_checker", "checks")
@@ -319,6 +322,30 @@ class MemWatch:
             return []
         self._epoch += 1
         return self._check(summary, "epoch_end")
+
+    def boundary(self, after: str = "val", check: bool = True) -> list[Finding]:
+        """``after`` (an evaluation loop, "val") ran since the last step: the next check reads
+        memory after it, so what it kept shows as a stair (two equal stairs in a row, held, are
+        a leak: ``docs/findings.md``). ``check``: that check runs now when at least
+        :data:`BOUNDARY_MIN_STEPS` steps passed since the last. Never raises."""
+        if not self._running:
+            return []
+        self._checker.passed(after)
+        tl = self.timeline
+        got = self._checker.interval_summary() if check and tl is not None and \
+            tl.segment_samples >= BOUNDARY_MIN_STEPS else None
+        return [] if got is None else self._check(got[0], "interval", partial=got[1],
+                                                  exchange=False)
+
+    def judge_beside_training(self) -> None:
+        """An evaluation loop beside a training session of this process (the adapters call
+        it): memory kept across evaluations is that session's to judge."""
+        self._checker.judge_beside_training()
+
+    def current_findings(self) -> list[Finding]:
+        """The current verdicts: one finding per belief, its latest state (a leak that stopped
+        is its plateau; :attr:`findings` keeps the history). See ``docs/findings.md``."""
+        return self._checker.current()
 
     def _interval_check(self, aligned: bool, step: int) -> None:
         """A check inside the epoch (every ``check_every_n_steps``, ``aligned``: every rank is
