@@ -68,11 +68,11 @@ def test_leak_run_panels_summary_and_oom_artifact(tmp_path: Path) -> None:
     assert defs["memwatch/device.allocated_gib"]["summary"] == ["max"]
     assert defs["memwatch/findings/leak.device.allocated_steps_to_oom"]["summary"] == ["min"]
 
-    # The findings table holds the planted leak's row.
+    # The findings table holds the current verdicts, one row per belief: the planted leak's.
     table = data.tables("memwatch/findings_table")[-1]
     cols = table["columns"]
     assert cols == ["epoch", "stage", "kind", "metric", "severity", "mib_per_step",
-                    "steps_to_oom", "culprit", "message"]
+                    "steps_to_oom", "culprit", "message", "state", "history"]
     rows = [dict(zip(cols, r, strict=True)) for r in table["data"]]
     leak = [r for r in rows if r["kind"] == "leak" and r["metric"] == "device.allocated"]
     assert leak and leak[-1]["mib_per_step"] == pytest.approx(2.0, rel=0.05)
@@ -269,9 +269,28 @@ def test_a_leak_that_is_no_threat_is_not_ok(tmp_path: Path) -> None:
         "info: leak in device.allocated, not a threat to this run"
     assert data.summary["memwatch/verdict_kinds"] == ["leak:device.allocated"]
     assert "memwatch/worst_steps_to_oom" not in data.summary  # no threat: no "worst" forecast
+    # One row per belief, its current state: the leak restated at every check is one row.
     rows = data.tables("memwatch/findings_table")[-1]["data"]
-    assert [r[2:5] for r in rows if r[2] == "leak"] == [["leak", "device.allocated", "info"]] * \
-        len(leaks)
+    assert [r[2:5] + r[9:10] for r in rows if r[2] == "leak"] == \
+        [["leak", "device.allocated", "info", "leak"]]
     snap = [a for a in data.artifacts if a["type"] == "memory-snapshot"]
     assert len(snap) == 1 and "report.html" in snap[0]["files"], data.artifacts
     assert list(data.path.glob("files/media/html/memwatch/report_*.html"))
+
+
+def test_a_leak_that_stops_is_withdrawn_in_the_summary_and_the_table(tmp_path: Path) -> None:
+    # 2 MiB a step for two epochs, then flat for four: the leak verdict, then its withdrawal.
+    run = wandb.init(project="memwatch-test")
+    sink = WandbSink()
+    mw = leak_run(tmp_path, [sink], epochs=6, steps=100, every=25, stop_after=2)
+    now = [f for f in mw.current_findings() if f.metric == "device.allocated"]
+    assert "leak" not in {f.kind for f in now}
+    assert [f.evidence["belief_state"] for f in now if f.kind == "plateau"] == ["stopped"]
+    data = finish(run)
+    assert data.summary["memwatch/verdict"] == "ok"  # the current beliefs: none is a leak
+    (gone,) = data.summary["memwatch/verdicts_withdrawn"]
+    assert gone.startswith("device.allocated: leak at epoch 1") and "→ stopped at epoch" in gone
+    table = data.tables("memwatch/findings_table")[-1]
+    rows = [dict(zip(table["columns"], r, strict=True)) for r in table["data"]]
+    (row,) = [r for r in rows if r["metric"] == "device.allocated" and r["kind"] == "plateau"]
+    assert row["state"] == "stopped" and row["history"] == gone.split(": ", 1)[1]

@@ -49,6 +49,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from memwatch.analysis.beliefs import describe, history, state_of
 from memwatch.core.errors import ConfigError
 from memwatch.core.findings import Finding
 from memwatch.core.metrics import (
@@ -168,8 +169,9 @@ class WandbSink:
         #: (stage, metric) -> (end step, floor) of the checks the sink was given.
         self._floors: dict[tuple[str, str], collections.deque[tuple[int, float]]] = {}
         self._rows: collections.deque[list[Any]] = collections.deque(maxlen=_MAX_TABLE_ROWS)
-        #: (stage, kind, metric) -> the worst finding that counts for the verdict.
-        self._worst: dict[tuple[str, str, str], Finding] = {}
+        #: Every belief's current finding, and its changes (``state``, ``epoch``, ``step``...).
+        self._current: dict[str, Finding] = {}
+        self._changes: dict[str, list[dict[str, Any]]] = {}
         self._n_findings = 0
         self._alerted: set[tuple[str, str]] = set()
         self._uploaded = False
@@ -241,12 +243,16 @@ class WandbSink:
         self._remember(report)
         for f in report.findings:
             self._n_findings += 1
-            if _counts(f):
-                key = (f.stage, f.kind, f.metric)
-                old = self._worst.get(key)
-                if old is None or _rank(f) >= _rank(old):
-                    self._worst[key] = f
-            self._rows.append(finding_row(f, f.stage))
+            key = f.belief or f"{f.stage}/{f.metric}/{f.kind}"
+            self._current.pop(key, None)
+            self._current[key] = f
+            changes = self._changes.setdefault(key, [])
+            changes += [c for c in history([f], key)
+                        if not changes or c["state"] != changes[-1]["state"]]
+        # The table shows the current verdicts, one row per belief, with their history.
+        self._rows.clear()
+        self._rows.extend(finding_row(f, f.stage, self._history(k))
+                          for k, f in self._current.items())
         run = self._get_run()
         if run is None:
             return
@@ -322,7 +328,9 @@ class WandbSink:
             return False
         if self._get_run() is None:
             return False
-        return self.final_snapshot == "always" or bool(self._worst)  # warnings, and leaks
+        # Warnings and leaks believed now (one withdrawn since is no reason for a snapshot).
+        return self.final_snapshot == "always" or any(_counts(f) for f in
+                                                      self._current.values())
 
     def close(self) -> None:
         # The run is the user's: it is not finished here, only no longer written to.
@@ -385,11 +393,22 @@ class WandbSink:
         return wandb.plot.line_series(xs=xs, ys=ys, keys=keys, title=title,
                                       xname="step (GiB on y)")
 
+    def _history(self, key: str) -> str | None:
+        changes = self._changes.get(key) or []
+        return describe(changes) if len(changes) > 1 else None
+
     def _summary_fields(self) -> dict[str, Any]:
         head = self._head()
         out: dict[str, Any] = {f"{head}/findings_total": self._n_findings}
-        worst = sorted(self._worst.values(),
+        # The verdict is the current beliefs' (a leak whose growth stopped no longer counts;
+        # it is listed as withdrawn, with its history).
+        worst = sorted((f for f in self._current.values() if _counts(f)),
                        key=lambda f: (-_rank(f), f.steps_to_oom or math.inf))
+        gone = [f"{f.metric}: {self._history(k)}" for k, f in self._current.items()
+                if state_of(f) != "leak" and
+                any(c["state"] == "leak" for c in self._changes.get(k, []))]
+        if gone:
+            out[f"{head}/verdicts_withdrawn"] = gone[-8:]
         if worst:
             out[f"{head}/verdict"] = _verdict(worst[0])
             out[f"{head}/verdict_kinds"] = sorted({f"{f.kind}:{f.metric}" for f in worst})
@@ -423,9 +442,9 @@ class WandbSink:
 
 
 def _counts(f: Finding) -> bool:
-    """Does the finding count for the run's verdict: a threat to the run, or a leak of any
-    severity (a confirmed leak that will not kill this run is still not "ok")."""
-    return f.severity != "info" or f.kind in NOTICE_KINDS
+    """Does the (current) finding count for the run's verdict: a threat to the run, or a leak
+    of any severity (a confirmed leak that will not kill this run is still not "ok")."""
+    return (f.severity != "info" or f.kind in NOTICE_KINDS) and state_of(f) in (f.kind, "leak")
 
 
 def _rank(f: Finding) -> int:
