@@ -32,6 +32,7 @@ Usage::
     python benchmarks/bench_detection.py --quick --load-study --repeats 5 --burners 2
     python benchmarks/bench_detection.py --quick --split heldout   # the held-out reported bugs
     python benchmarks/bench_detection.py --quick --split all -j 1   # both parts of that corpus
+    python benchmarks/bench_detection.py --quick --memwatch-src /tmp/base/src   # "before"
 
 ``--split design|heldout|all`` runs the reported-bug corpus only (the reproductions and their
 twins of that part: ``design`` is what the rules are designed on, ``heldout`` is scored only
@@ -79,6 +80,8 @@ RESULTS = REPO / "benchmarks" / "results" / "detection.json"
 LOAD_RESULTS = REPO / "benchmarks" / "results" / "detection_load.json"
 CHILD_TIMEOUT_S = 300
 DETECTORS = ("memwatch", "ratio_1.5x", "stormlog")
+#: ``--memwatch-src``: the ``src`` folder whose memwatch the children run (None: this one's).
+CHILD_SRC: str | None = None
 
 
 # --------------------------------------------------------------------------- child side
@@ -182,6 +185,8 @@ def run_one(sc: Scenario, quick: bool, timeout_s: float = CHILD_TIMEOUT_S,
             cmd += ["--check-every", str(check_every)]
         # One intra-op thread per child: two children share the 2 cores of a CI runner.
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        if CHILD_SRC:  # a before/after comparison: the children run another checkout's memwatch
+            env["PYTHONPATH"] = os.pathsep.join([CHILD_SRC, env.get("PYTHONPATH", "")])
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
@@ -586,11 +591,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--split", choices=(*scenarios.SPLITS, "all"), default=None,
                     help="run the reported-bug corpus only: its design part, its held-out part "
                          "(never run by the tests), or both")
+    ap.add_argument("--memwatch-src", metavar="DIR", default=None,
+                    help="run the scenarios against another checkout's src/ (before/after: "
+                         "the scoring, end of run included, stays this checkout's)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--epochs", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--child-out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    global CHILD_SRC
+    CHILD_SRC = os.path.abspath(args.memwatch_src) if args.memwatch_src else None
 
     if args.child:
         run_child(args.child, args.epochs, args.steps, args.child_out,

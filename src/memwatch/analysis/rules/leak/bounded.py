@@ -19,9 +19,10 @@ __all__ = ["NAME", "PART", "per_item", "to_bound"]
 
 NAME = "bounded"
 PART = SubRule(NAME, frozenset({"plateau"}))
-#: The bounded holder must explain this share of the growth judged to take the leak verdict's
-#: place: the complement of ``AnalyzerConfig.retention_explained`` (growth live objects explain
-#: below that share is not theirs), so no more than that share is left to anything else.
+#: The bounded holder must hold this share of what live objects gained between the censuses (of
+#: the growth judged, where the census weighed nothing) to take the leak verdict's place: the
+#: complement of ``AnalyzerConfig.retention_explained`` (growth below that share is not theirs),
+#: so no more than that share is left to anything else growing beside it.
 BOUND_EXPLAINS = 0.8
 
 
@@ -47,7 +48,8 @@ def to_bound(*, origin: Origin, metric: str, a: Attribution, growth: float, slop
     b: Bound | None = h.bound if h is not None else None
     if h is None or b is None:
         return None
-    if a.chosen is not None and a.chosen.bytes < BOUND_EXPLAINS * growth:
+    gained = a.explained_bytes if a.explained_bytes else growth
+    if a.chosen is not None and a.chosen.bytes < BOUND_EXPLAINS * gained:
         return None  # something else grows beside it: the leak verdict stands
     each = per_item(a, growth)
     if each is None and not b.full:
