@@ -8,7 +8,7 @@ The heap: 3 million live objects in all: small lists (tracked, walked, too short
 nodes, the graph walk's cut is 250,000). ``take_census()`` is timed three times per setting, the
 median reported; the same heap is timed without the graph and the views (the census's floor).
 Then 200 lists grow by 100 numpy arrays each and
-:func:`memwatch.analysis.culprits.weigh.weigh_growth` weighs the 12 that grew most, as the
+:func:`memwatch.analysis.culprits.growth.weigh.weigh_growth` weighs the 12 that grew most, as the
 attribution does at a check.
 
 Prints a table and writes ``benchmarks/results/census_walks.json``. ``--quick``: 300,000
@@ -33,10 +33,11 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from benchmarks import _common  # noqa: E402
 
-from memwatch.analysis.culprits import census  # noqa: E402
+from memwatch.analysis.culprits.census import census  # noqa: E402
 
 try:  # absent before issue 16: the census alone is timed then (the "before" figures)
-    from memwatch.analysis.culprits import weigh
+    from memwatch.analysis.culprits.census import containers
+    from memwatch.analysis.culprits.growth import weigh
 except ImportError:
     weigh = None  # type: ignore[assignment]
 
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         lst.extend(np.zeros(1024) for _ in range(100))
     cur = census.take_census()
     t0 = time.perf_counter()
-    grown = weigh.container_growth(prev.containers, cur.containers)[:12]
+    grown = containers.container_growth(prev.containers, cur.containers)[:12]
     objs = weigh.objects_for({g.obj_id for g in grown})
     sc = weigh.Scale()
     for g in grown:

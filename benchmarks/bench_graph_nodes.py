@@ -1,5 +1,5 @@
 """What one autograd node costs in native memory: the figure behind
-``memwatch.analysis.culprits.graphs.NODE_BYTES``.
+``memwatch.analysis.culprits.census.graphs.NODE_BYTES``.
 
 A running sum kept with its graph (``total = total + loss``) chains every step's graph onto one
 tensor. This measures glibc's in-use bytes (``mallinfo2``: ``uordblks + hblkhd``, after
@@ -26,7 +26,7 @@ if str(REPO) not in sys.path:
 import torch  # noqa: E402
 from benchmarks import _common  # noqa: E402
 
-from memwatch.analysis.culprits import graphs  # noqa: E402
+from memwatch.analysis.culprits.census import graphs  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results" / "graph_nodes.json"
 

@@ -14,7 +14,8 @@ epoch-end snapshot and allocation-site diff cost:
    deep) with tracing off and at 1, 8 and 16 frames: the figure that carries over to other loops
    (cost ≈ Python allocations per step × this).
 3. **Snapshot + grouping.** With N live traced blocks: ``take_snapshot()``, memwatch's grouping
-   by traceback and by line (``memwatch.analysis.culprits.allocations.group_traces``), next to
+   by traceback and by line
+   (``memwatch.analysis.culprits.census.allocations.group_traces``), next to
    ``Snapshot.statistics("traceback")`` for comparison.
 
     python benchmarks/bench_tracemalloc_cost.py            # full run (about 1-2 min on 2 cores)
@@ -39,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import memwatch
-from memwatch.analysis.culprits.allocations import AllocationTracer, group_traces
+from memwatch.analysis.culprits.census.allocations import AllocationTracer, group_traces
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "tracemalloc_cost.json"

@@ -3,12 +3,15 @@
     python examples/torchrun_demo.py
 
 Launches itself with ``torchrun --nproc_per_node=2`` (CPU, gloo). Each rank trains a small model
-under ``memwatch.watch()`` with its own output folder. Rank 1 keeps a tensor every step (the
-leak); at the end of its third epoch the example caps rank 1's address space, so the leak kills
-it with a real host OOM a few steps later, and memwatch writes its bundle. torchrun then stops
-rank 0 with SIGTERM; memwatch's signal handler writes rank 0's bundle on the way out. Finally the
-example runs ``memwatch ls`` and ``memwatch inspect`` on the job's folder: one job, rank 1 failed
-first, and what rank 0 looked like at that moment.
+under ``memwatch.watch()`` with its own output folder, data-parallel: the gradients are
+all-reduced after each backward. Rank 1 keeps a tensor every step (the leak); at the end of its
+third epoch the example caps rank 1's address space, so the leak kills it with a real host OOM a
+few steps later, and memwatch writes its bundle. Rank 0's next all-reduce then fails ("Connection
+closed by peer"): memwatch classifies that as a ``peer_failure``, writes rank 0's bundle, and
+names rank 1 as the rank that failed first (the job's store told it). torchrun's failure summary
+names both bundles. Finally the example runs ``memwatch ls``, ``memwatch inspect`` and
+``memwatch report`` on the job's folder: one job, rank 1 failed first, what rank 0 looked like at
+that moment, and one HTML report of the job (``torchrun-demo/job.html``).
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import resource
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 OUT = Path("torchrun-demo")
@@ -45,13 +47,14 @@ def rank_main() -> None:
                 loss = torch.nn.functional.mse_loss(model(x), y)
                 opt.zero_grad()
                 loss.backward()
+                for p in model.parameters():  # what DistributedDataParallel does
+                    dist.all_reduce(p.grad)
+                    p.grad /= 2
                 opt.step()
                 if rank == 1:
                     kept.append(torch.randn(32, 512))  # the bug: 64 KiB per step, kept forever
                     if epoch == 3:
                         kept.append(torch.ones(1 << 20))  # ... and 4 MiB more, until it dies
-                elif epoch >= 3:
-                    time.sleep(0.2)  # rank 0 goes on (a real job would hang in a collective)
                 mw.step()
             for f in mw.end_epoch():
                 print(f"[rank {rank}] epoch {epoch}: {f.kind} {f.metric}: {f.culprit or ''}",
@@ -74,7 +77,10 @@ def main() -> None:
     print("$ torchrun", " ".join(cmd[3:]), flush=True)
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     print("\n".join(ln for ln in r.stdout.splitlines() if ln.startswith("[rank")))
-    print(f"torchrun exited with {r.returncode} (rank 1 died of OOM, as planned)\n", flush=True)
+    print(f"torchrun exited with {r.returncode} (rank 1 died of OOM, as planned); its summary:")
+    summary = r.stderr.split("Failures:", 1)[-1].splitlines()
+    print("\n".join(ln for ln in summary if ln.lstrip().startswith(
+        ("rank ", "error_file", "memwatch:", "Root Cause"))) + "\n", flush=True)
 
     from memwatch.cli import main as memwatch_cli
 
@@ -82,7 +88,8 @@ def main() -> None:
     memwatch_cli(["ls", str(OUT)])
     print(f"\n$ memwatch inspect {OUT}", flush=True)
     code = memwatch_cli(["inspect", str(OUT)])
-    sys.exit(code)
+    print(f"\n$ memwatch report {OUT} -o {OUT / 'job.html'}", flush=True)
+    sys.exit(code or memwatch_cli(["report", str(OUT), "-o", str(OUT / "job.html")]))
 
 
 if __name__ == "__main__":

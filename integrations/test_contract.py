@@ -276,3 +276,32 @@ def test_graceful_stop_says_why(harness: Harness, cause: str) -> None:
     assert f"({adapter.stop_reason})" in stops[0]
     assert adapter.memwatch.step_count < 4 * STEPS  # it did stop
     adapter.close()
+
+
+def renamed_hooks(adapter: type, base: type) -> list[str]:
+    """The methods ``adapter`` marks ``@override`` that ``base`` (the framework's callback class)
+    does not have: hooks the framework would never call."""
+    return sorted(n for n, v in vars(adapter).items()
+                  if getattr(v, "__override__", False) and not hasattr(base, n))
+
+
+@pytest.mark.parametrize("name", ["lightning", "transformers"])
+def test_every_hook_is_marked_and_is_the_frameworks(name: str) -> None:
+    """mypy fails on a marked hook the framework renamed; at run time the marks say the same."""
+    import importlib
+
+    from memwatch.core.compat import override
+
+    adapter = importlib.import_module(f"memwatch.integrations.{name}").MemWatchCallback
+    base = next(b for b in adapter.__mro__[1:] if b.__module__.split(".")[0] in
+                ("lightning", "pytorch_lightning", "transformers"))
+    hooks = {n for n, v in vars(adapter).items() if n.startswith(("on_", "setup", "teardown"))
+             and callable(v)}
+    assert hooks and all(getattr(vars(adapter)[n], "__override__", False) for n in hooks), hooks
+    assert renamed_hooks(adapter, base) == []
+
+    class Renamed(adapter):  # type: ignore[misc, valid-type]
+        @override
+        def on_train_epoch_endd(self) -> None: ...
+
+    assert renamed_hooks(Renamed, base) == ["on_train_epoch_endd"]

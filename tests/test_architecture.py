@@ -1,5 +1,7 @@
 """The package's structure, enforced: layers import downwards only, no import cycles, no module
-reads another's private names, adapters stay thin, modules stay small.
+reads another's private names, adapters stay thin, modules stay small; inside the verdicts, no
+arrow runs back up and no rule imports another; every finding is born naming a registered rule;
+every option is declared once.
 
 The layers (``docs/architecture.md`` draws them): a module may import its own package and any
 package of a *lower* layer, never a higher one nor a sibling of its own layer. Imports made only
@@ -231,8 +233,7 @@ def code_lines(path: Path) -> int:
 PURE_PACKAGES = ("memwatch.analysis.rules", "memwatch.analysis.stats")
 PURE_MAY_IMPORT = ("memwatch.core", "memwatch.timeline", "memwatch.analysis.stats",
                    "memwatch.analysis.rules", "memwatch.analysis.context",
-                   "memwatch.analysis.culprits.evidence", "memwatch.analysis.culprits.wording",
-                   "memwatch.analysis.culprits.traced")
+                   "memwatch.analysis.evidence", "memwatch.analysis.culprits.wording")
 #: Standard-library modules that read the live process: never in a rule.
 LIVE_STDLIB = frozenset({"gc", "tracemalloc", "ctypes", "resource", "psutil", "os", "sys",
                          "inspect", "linecache", "mmap", "signal", "subprocess", "threading"})
@@ -256,6 +257,215 @@ def live_imports(root: Path = PKG) -> list[str]:
                 if top in LIVE_STDLIB or (n.startswith("memwatch") and not any(
                         n == ok or n.startswith(ok + ".") for ok in PURE_MAY_IMPORT)):
                     bad.append(f"{m}:{node.lineno} imports {n}")
+    return bad
+
+
+#: The floors of analysis/, lowest first: a module may import its own floor and those below,
+#: never one above (type-only imports included). The statistics take plain values; the
+#: tuning and context sit on them, the port and its values on those; the culprits' stages come
+#: in the order a culprit is found; the rules read the port, the statistics and the culprit
+#: wording; the beliefs revise what the rules said; the analyzer runs them all.
+ANALYSIS_FLOORS: tuple[tuple[str, ...], ...] = (
+    ("memwatch.analysis.stats",),
+    ("memwatch.analysis.context",),
+    ("memwatch.analysis.evidence",),
+    ("memwatch.analysis.culprits.census",),
+    ("memwatch.analysis.culprits.growth",),
+    ("memwatch.analysis.culprits.holders",),
+    ("memwatch.analysis.culprits.attribution", "memwatch.analysis.culprits.wording"),
+    ("memwatch.analysis.culprits.live", "memwatch.analysis.rules"),
+    ("memwatch.analysis.beliefs",),
+    ("memwatch.analysis.analyzer",),
+)
+
+
+def analysis_floor(mod: str) -> int | None:
+    """The floor of ``mod`` in :data:`ANALYSIS_FLOORS` (the longest prefix that names it)."""
+    best: tuple[int, int] | None = None
+    for floor, prefixes in enumerate(ANALYSIS_FLOORS):
+        for pre in prefixes:
+            if (mod == pre or mod.startswith(pre + ".")) and (best is None or len(pre) > best[1]):
+                best = (floor, len(pre))
+    return best[0] if best is not None else None
+
+
+def analysis_back_arrows(root: Path = PKG) -> list[str]:
+    """Imports inside analysis/ from a floor to a higher one."""
+    mods = modules(root)
+    known = set(mods)
+    bad = []
+    for m, path in mods.items():
+        low = analysis_floor(m)
+        if low is None:
+            continue
+        for target, line, _ in imports(path, known):
+            high = analysis_floor(target)
+            if high is not None and high > low:
+                bad.append(f"{m}:{line} imports {target} (floor {high} over floor {low})")
+    return bad
+
+
+#: What every rule shares; a rule imports these, never another rule.
+RULES_SHARED = ("memwatch.analysis.rules.base", "memwatch.analysis.rules.words")
+
+
+def rule_cross_imports(root: Path = PKG) -> list[str]:
+    """Imports of one rule by another (a rule's own package, its parts, is its own)."""
+    mods = modules(root)
+    known = set(mods)
+    bad = []
+    for m, path in mods.items():
+        parts = m.split(".")
+        if parts[:3] != ["memwatch", "analysis", "rules"] or len(parts) < 4 or \
+                m in RULES_SHARED:
+            continue
+        own = ".".join(parts[:4])
+        for target, line, _ in imports(path, known):
+            if not target.startswith("memwatch.analysis.rules") or target in RULES_SHARED or \
+                    target == own or target.startswith(own + "."):
+                continue
+            bad.append(f"{m}:{line} imports the rule {target}")
+    return bad
+
+
+def _module_strings(tree: ast.Module) -> dict[str, str]:
+    """Module-level ``NAME = "text"`` and ``PART = SubRule(name="text"...)`` (as ``PART.name``)."""
+    out: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            value = node.value
+            for t in targets:
+                if not isinstance(t, ast.Name) or value is None:
+                    continue
+                if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                    out[t.id] = value.value
+                elif isinstance(value, ast.Call):
+                    name = _keyword(value, "name")
+                    if name is not None:
+                        text = _resolve(name, out)
+                        if text is not None:
+                            out[f"{t.id}.name"] = text
+    return out
+
+
+def _keyword(call: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _resolve(node: ast.expr, strings: dict[str, str]) -> str | None:
+    """A rule's name as the code writes it: a literal, ``NAME`` or ``PART.name``."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name):
+        return strings.get(node.id)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return strings.get(f"{node.value.id}.{node.attr}")
+    return None
+
+
+def _kinds_literal(node: ast.expr | None) -> set[str] | None:
+    """``frozenset({"a", "b"})`` as a set of its strings."""
+    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], (ast.Set, ast.List,
+                                                                             ast.Tuple)):
+        return {e.value for e in node.args[0].elts if isinstance(e, ast.Constant)}
+    if isinstance(node, ast.Call) and not node.args:
+        return set()
+    return None
+
+
+def finding_births(root: Path = PKG) -> list[str]:
+    """Findings not born naming a registered rule of a kind it declares: a ``.finding(...)``
+    without ``rule=``; one whose rule (a literal, ``NAME``, ``PART.name``) is no registered
+    ``Rule``/``SubRule`` or does not declare its ``kind``; a ``Finding(...)`` built outside
+    ``core/findings.py`` (findings are born through ``Origin.finding``); a declared kind that
+    is not in ``core.findings.KINDS``, or a kind of ``KINDS`` that no rule declares."""
+    mods = modules(root)
+    trees = {m: ast.parse(p.read_text(), str(p)) for m, p in mods.items()}
+    declared: dict[str, set[str]] = {}
+    births: list[tuple[str, int, str | None, str | None]] = []
+    bad: list[str] = []
+    for m, tree in trees.items():
+        strings = _module_strings(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            fn = node.func
+            fname = fn.id if isinstance(fn, ast.Name) else fn.attr \
+                if isinstance(fn, ast.Attribute) else None
+            if fname in ("Rule", "SubRule"):
+                name = _keyword(node, "name")
+                kinds = _kinds_literal(_keyword(node, "kinds"))
+                text = _resolve(name, strings) if name is not None else None
+                if text is not None and kinds is not None:
+                    declared[text] = kinds
+            elif fname == "Finding" and m != "memwatch.core.findings":
+                bad.append(f"{m}:{node.lineno} builds a Finding (born through Origin.finding)")
+            elif fname == "finding" and isinstance(fn, ast.Attribute):
+                rule = _keyword(node, "rule")
+                kind = _keyword(node, "kind")
+                if rule is None:
+                    bad.append(f"{m}:{node.lineno} makes a finding without rule=")
+                    continue
+                births.append((m, node.lineno, _resolve(rule, strings),
+                               kind.value if isinstance(kind, ast.Constant) else None))
+    kinds_doc = next((n.value for n in ast.walk(trees.get("memwatch.core.findings", ast.Module(
+        body=[], type_ignores=[]))) if isinstance(n, ast.AnnAssign) and
+        isinstance(n.target, ast.Name) and n.target.id == "KINDS"), None)
+    known_kinds = {e.value for e in kinds_doc.elts} if isinstance(kinds_doc, ast.Tuple) else set()
+    every = set().union(*declared.values()) if declared else set()
+    for m, line, rule_name, kind in births:
+        if rule_name is None:  # a shared wording helper handed the rule by its caller
+            if kind is not None and kind not in every:
+                bad.append(f"{m}:{line} makes a {kind!r} no rule declares")
+            continue
+        if rule_name not in declared:
+            bad.append(f"{m}:{line} names the unregistered rule {rule_name!r}")
+        elif kind is not None and kind not in declared[rule_name]:
+            bad.append(f"{m}:{line} makes a {kind!r} that {rule_name} does not declare")
+    for rule_name, kinds in sorted(declared.items()):
+        for k in sorted(kinds - known_kinds):
+            bad.append(f"rule {rule_name} declares {k!r}, not in core.findings.KINDS")
+    for k in sorted(known_kinds - every):
+        bad.append(f"core.findings.KINDS has {k!r}, which no rule declares")
+    return bad
+
+
+def option_declarations(root: Path = PKG) -> list[str]:
+    """An option declared outside ``session/config.py``: one of its flags written out in another
+    module, or a class other than the keyword types of ``session/options.py`` (checked against
+    the fields by ``tests/session``) annotating a quarter or more of the options (reading one
+    through, ``Part("config", name)``, is no declaration)."""
+    mods = modules(root)
+    config = mods.get("memwatch.session.config")
+    if config is None:
+        return []
+    tree = ast.parse(config.read_text())
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "WatchConfig"),
+               None)
+    if cls is None:
+        return ["memwatch.session.config has no WatchConfig"]
+    names = {n.target.id for n in cls.body
+             if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    flags = {node.args[0].value for node in ast.walk(cls) if isinstance(node, ast.Call)
+             and isinstance(node.func, ast.Name) and node.func.id == "Flag" and node.args
+             and isinstance(node.args[0], ast.Constant)}
+    bad = []
+    for m, path in mods.items():
+        if m == "memwatch.session.config":
+            continue
+        t = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(t):
+            if isinstance(node, ast.Constant) and node.value in flags:
+                bad.append(f"{m}:{node.lineno} writes the flag {node.value} out")
+            elif isinstance(node, ast.ClassDef) and m != "memwatch.session.options":
+                # (a Part(...) reads an option through, as MemWatch.out_dir does: no declaration)
+                own = {n.target.id for n in node.body
+                       if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+                       and not (isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name)
+                                and n.value.func.id == "Part")}
+                if len(own & names) >= max(4, len(names) // 4):
+                    bad.append(f"{m}:{node.lineno} declares the options again ({node.name})")
     return bad
 
 
@@ -323,6 +533,22 @@ def test_rules_read_recorded_values_only() -> None:
 
 def test_every_session_attribute_has_one_writer() -> None:
     assert foreign_writes() == []
+
+
+def test_no_arrow_runs_back_up_inside_analysis() -> None:
+    assert analysis_back_arrows() == []
+
+
+def test_no_rule_imports_another() -> None:
+    assert rule_cross_imports() == []
+
+
+def test_every_finding_is_born_naming_a_registered_rule() -> None:
+    assert finding_births() == []
+
+
+def test_every_option_is_declared_once() -> None:
+    assert option_declarations() == []
 
 
 def test_no_module_over_the_size_limit() -> None:
@@ -422,3 +648,89 @@ def test_a_planted_foreign_write_is_caught(tmp_path: Path) -> None:
     })
     assert foreign_writes(root) == ["memwatch.integrations._driver:2 assigns mw._total_steps "
                                     "(owned by memwatch.session.session)"]
+
+
+def test_a_planted_back_arrow_inside_analysis_is_caught(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "__init__.py": "",
+        "analysis/__init__.py": "",
+        "analysis/context.py": "from memwatch.analysis.stats.shapes import EpochStats\n",
+        "analysis/stats/__init__.py": "",
+        "analysis/stats/shapes.py": "",
+        "analysis/stats/held.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                  "    from memwatch.analysis.context import CheckContext\n",
+        "analysis/culprits/__init__.py": "",
+        "analysis/culprits/census/__init__.py": "",
+        "analysis/culprits/census/census.py":
+            "from memwatch.analysis.culprits.holders.holders import holder_of\n",
+        "analysis/culprits/holders/__init__.py": "",
+        "analysis/culprits/holders/holders.py":
+            "from memwatch.analysis.culprits.census import census\n",
+    })
+    assert sorted(analysis_back_arrows(root)) == [
+        "memwatch.analysis.culprits.census.census:1 imports "
+        "memwatch.analysis.culprits.holders.holders (floor 5 over floor 3)",
+        "memwatch.analysis.stats.held:3 imports memwatch.analysis.context (floor 1 over floor 0)"]
+
+
+def test_a_planted_rule_importing_a_rule_is_caught(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "__init__.py": "",
+        "analysis/__init__.py": "",
+        "analysis/rules/__init__.py": "from memwatch.analysis.rules import leak, workers\n",
+        "analysis/rules/base.py": "",
+        "analysis/rules/words.py": "",
+        "analysis/rules/leak/__init__.py": "",
+        "analysis/rules/leak/rule.py": "from memwatch.analysis.rules.leak import native\n"
+                                       "from memwatch.analysis.rules.base import Rule\n",
+        "analysis/rules/leak/native.py": "",
+        "analysis/rules/workers.py": "from memwatch.analysis.rules.leak.rule import judge\n"
+                                     "from memwatch.analysis.rules.words import where\n",
+    })
+    assert rule_cross_imports(root) == [
+        "memwatch.analysis.rules.workers:1 imports the rule memwatch.analysis.rules.leak.rule"]
+
+
+def test_a_planted_unnamed_or_unregistered_finding_is_caught(tmp_path: Path) -> None:
+    root = _tree(tmp_path, {
+        "__init__.py": "",
+        "core/__init__.py": "",
+        "core/findings.py": "KINDS: tuple[str, ...] = ('leak', 'plateau', 'near_oom')\n",
+        "analysis/__init__.py": "",
+        "analysis/rules/__init__.py": "",
+        "analysis/rules/leak.py":
+            "NAME = 'leak'\n"
+            "def judge(inp):\n"
+            "    return [inp.ctx.origin.finding(rule=NAME, kind='leak'),\n"
+            "            inp.ctx.origin.finding(rule=NAME, kind='plateau'),\n"
+            "            inp.ctx.origin.finding(kind='leak'),\n"
+            "            inp.ctx.origin.finding(rule='mystery', kind='leak')]\n"
+            "RULE = Rule(name=NAME, kinds=frozenset({'leak'}), once=frozenset(), judge=judge)\n",
+        "sinks.py": "from memwatch.core.findings import Finding\nF = Finding(kind='leak')\n",
+    })
+    assert finding_births(root) == [
+        "memwatch.analysis.rules.leak:5 makes a finding without rule=",
+        "memwatch.sinks:2 builds a Finding (born through Origin.finding)",
+        "memwatch.analysis.rules.leak:4 makes a 'plateau' that leak does not declare",
+        "memwatch.analysis.rules.leak:6 names the unregistered rule 'mystery'",
+        "core.findings.KINDS has 'near_oom', which no rule declares",
+        "core.findings.KINDS has 'plateau', which no rule declares"]
+
+
+def test_a_planted_second_declaration_of_the_options_is_caught(tmp_path: Path) -> None:
+    fields = "".join(f"    {n}: int = option(1, flag=Flag('--{n}', 'int', 'h'))\n"
+                     for n in ("a", "b", "c", "d"))
+    root = _tree(tmp_path, {
+        "__init__.py": "",
+        "session/__init__.py": "",
+        "session/config.py": f"class WatchConfig:\n{fields}",
+        "session/options.py": "class WatchOptions:\n    a: int\n    b: int\n    c: int\n"
+                              "    d: int\n",
+        "cli/__init__.py": "",
+        "cli/run.py": "OPTIONS = (('--b', 'b', 'int', 'h'),)\n",
+        "integrations/__init__.py": "",
+        "integrations/mine.py": "class Mine:\n    a: int\n    b: int\n    c: int\n    d: int\n",
+    })
+    assert option_declarations(root) == [
+        "memwatch.cli.run:1 writes the flag --b out",
+        "memwatch.integrations.mine:1 declares the options again (Mine)"]

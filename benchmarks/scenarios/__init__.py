@@ -33,8 +33,8 @@ import dataclasses
 import importlib
 from types import ModuleType
 
-__all__ = ["GROUPS", "HELDOUT", "NAMES", "SPLITS", "Scenario", "all_scenarios", "group_of",
-           "load", "split_names"]
+__all__ = ["GROUPS", "GROWTHS", "HELDOUT", "NAMES", "SPLITS", "Scenario", "all_scenarios",
+           "group_of", "load", "split_names"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,8 +48,9 @@ class Scenario:
         expected_metric: prefix of the metric the leak shows in: ``host``, ``workers`` or
             ``device``.
         expected_culprit: a substring the finding's ``culprit`` must contain (case-insensitive);
-            ``None`` where the main process cannot see the holder (DataLoader workers) or there
-            is no holder (scripted device series).
+            ``None`` where there is no holder (scripted device series) or, in scenarios written
+            before issue 41, where the main process cannot see it (DataLoader workers' heaps);
+            from issue 41 on a worker leak names the workers' Dataset attribute that grows.
         description: one line.
         expected_kind: the finding kind a perfect analyzer emits for the planted pattern
             (informative only; the targets are about leak verdicts).
@@ -72,6 +73,18 @@ class Scenario:
             belong to: ``"design"`` (rules are designed on it; the tests run it) or
             ``"heldout"`` (scored only at the end, by the benchmark; module in ``heldout/``,
             named ``ho_rep_*``/``ho_fix_*``). Every other scenario is ``"design"``.
+        growth: how the planted memory comes (issues 40 and 41; informative, and read by the
+            corpus's sanity tests): ``"steady"`` (about the same every training step),
+            ``"eval"`` (only during evaluation passes run between training steps, every
+            ``eval_every`` steps), ``"stairs"`` (in jumps at epoch boundaries, flat in between)
+            or ``"stops"`` (steady until ``stops_at_step``, flat after: a buffer or cache that
+            reaches its bound).
+        stops_at_step: for ``growth="stops"``, the global step (1-based) after which nothing more
+            is kept; set by the bound (a capacity in steps), so the same at every run size.
+        eval_every: the loop runs an evaluation pass every this many training steps (inline,
+            between two training steps); ``None`` when it runs none inside epochs. Set for
+            leaks that grow only during evaluation and for training leaks of a run that also
+            evaluates.
     """
 
     name: str
@@ -93,6 +106,9 @@ class Scenario:
     reported: bool = False
     twin_of: str | None = None
     split: str = "design"
+    growth: str = "steady"
+    stops_at_step: int | None = None
+    eval_every: int | None = None
 
     def __post_init__(self) -> None:
         if self.is_leak != (self.leak_start_epoch is not None):
@@ -111,6 +127,12 @@ class Scenario:
             raise ValueError(f"{self.name}: only reported scenarios and their twins are held out")
         if (self.split == "heldout") != self.name.startswith("ho_"):
             raise ValueError(f"{self.name}: held-out scenarios, and only they, are named ho_*")
+        if self.growth not in GROWTHS:
+            raise ValueError(f"{self.name}: growth must be one of {', '.join(GROWTHS)}")
+        if (self.growth == "stops") != (self.stops_at_step is not None):
+            raise ValueError(f"{self.name}: stops_at_step is set exactly for growth='stops'")
+        if self.growth == "eval" and not self.eval_every:
+            raise ValueError(f"{self.name}: growth='eval' declares eval_every")
 
     def to_dict(self) -> dict[str, object]:
         return dataclasses.asdict(self)
@@ -118,6 +140,9 @@ class Scenario:
 
 #: The parts of the reported corpus (``Scenario.split``).
 SPLITS = ("design", "heldout")
+
+#: How a scenario's planted memory comes (``Scenario.growth``).
+GROWTHS = ("steady", "eval", "stairs", "stops")
 
 #: The folder of each group, by the prefix of its modules' names.
 GROUPS: dict[str, str] = {
@@ -169,11 +194,17 @@ NAMES: tuple[str, ...] = (
     "rep_hook_activations",
     "rep_memoize_cache",
     "rep_mmap_page_cache",
+    "rep_numpy_view_bases",
     "rep_outputs_across_epochs",
+    "rep_patch_pool_fills",
+    "rep_ring_buffer_prealloc",
     "rep_rnn_hidden_graph",
     "rep_sampler_index_list",
+    "rep_train_outputs_uncleared",
     "rep_val_outputs_stored",
+    "rep_val_outputs_uncleared",
     "rep_worker_cow_strings",
+    "rep_wsi_cached_property",
     # their fixed twins (controls)
     "fix_accelerator_reuse",
     "fix_avgmeter_graph",
@@ -184,11 +215,17 @@ NAMES: tuple[str, ...] = (
     "fix_hook_activations",
     "fix_memoize_cache",
     "fix_mmap_page_cache",
+    "fix_numpy_view_bases",
     "fix_outputs_across_epochs",
+    "fix_patch_pool_fills",
+    "fix_ring_buffer_prealloc",
     "fix_rnn_hidden_graph",
     "fix_sampler_index_list",
+    "fix_train_outputs_uncleared",
     "fix_val_outputs_stored",
+    "fix_val_outputs_uncleared",
     "fix_worker_cow_strings",
+    "fix_wsi_cached_property",
     # synthetic plain Python/numpy leaks
     "syn_bytearray_no_torch",
     "syn_deque_late_bound",
@@ -213,19 +250,27 @@ NAMES: tuple[str, ...] = (
 #: scores them. Chosen at random among the new reproductions (seed and procedure in
 #: ``reported/README.md``). Keep sorted: reproductions, then twins.
 HELDOUT: tuple[str, ...] = (
+    "ho_rep_agent_id_dicts",
     "ho_rep_bounded_lru_tensors",
     "ho_rep_bpe_cache",
     "ho_rep_coco_dicts_cow",
+    "ho_rep_fqn_cache_snapshots",
     "ho_rep_jit_trace_export",
     "ho_rep_method_lru_cache",
     "ho_rep_metric_no_reset",
+    "ho_rep_policy_id_map",
+    "ho_rep_replay_memory_fills",
     "ho_rep_shuffle_buffer",
+    "ho_fix_agent_id_dicts",
     "ho_fix_bounded_lru_tensors",
     "ho_fix_bpe_cache",
     "ho_fix_coco_dicts_cow",
+    "ho_fix_fqn_cache_snapshots",
     "ho_fix_jit_trace_export",
     "ho_fix_method_lru_cache",
     "ho_fix_metric_no_reset",
+    "ho_fix_policy_id_map",
+    "ho_fix_replay_memory_fills",
     "ho_fix_shuffle_buffer",
 )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -49,6 +50,14 @@ class Data:
     def batch(self, size: int = BATCH) -> tuple[torch.Tensor, torch.Tensor]:
         idx = torch.randint(0, len(self.x), (size,), generator=self._g)
         return self.x[idx], self.y[idx]
+
+
+def pixel_features(obs: np.ndarray) -> torch.Tensor:
+    """``IN_DIM`` values of each ``uint8`` observation of a batch, evenly spaced, scaled to
+    [0, 1]: the MLP's input in the pixel-observation scenarios (a copy, nothing kept)."""
+    flat = obs.reshape(len(obs), -1)
+    stride = flat.shape[1] // IN_DIM
+    return torch.from_numpy(flat[:, ::stride][:, :IN_DIM].astype(np.float32) / 255.0)
 
 
 def setup(seed: int = 0, lr: float = 0.05) -> tuple[MLP, torch.optim.Optimizer, Data]:

@@ -1,11 +1,11 @@
 """A plain torch.distributed (gloo, CPU) training loop under memwatch.watch(), one planted problem
 per mode. Launched by test_distributed.py with torchrun or as hand-started ranks.
 
-    python rank_loop.py MODE OUT_DIR     (MODE: rank1_leaks | rank1_ooms | rank1_ooms_torchrun |
-                                          count)
+    python rank_loop.py MODE OUT_DIR     (MODE: rank1_leaks | rank1_ooms)
 
-rank1_ooms_torchrun is rank1_ooms under torchrun: memwatch's signal handler is on, so rank 0 writes
-a bundle when torchrun stops it with SIGTERM after rank 1 died.
+Every torch.distributed collective is counted in every mode: step() must issue none. (A job
+launched by torchrun whose rank dies of a host OOM, its peers' collectives failing, is
+test_two_nodes.py's, with job_loop.py.)
 """
 
 from __future__ import annotations
@@ -33,26 +33,24 @@ def main() -> None:
     torch.manual_seed(rank)
     torch.set_num_threads(1)
     counts: dict[str, int] = {}
-    if mode == "count":
-        # Count every collective memwatch could issue; step() must issue none.
-        for name in ("all_gather", "all_gather_object", "gather", "gather_object", "all_reduce",
-                     "broadcast", "broadcast_object_list", "barrier", "monitored_barrier",
-                     "reduce", "scatter", "send", "recv"):
-            fn = getattr(dist, name)
+    # Count every collective memwatch could issue; step() must issue none.
+    for name in ("all_gather", "all_gather_object", "gather", "gather_object", "all_reduce",
+                 "broadcast", "broadcast_object_list", "barrier", "monitored_barrier",
+                 "reduce", "scatter", "send", "recv"):
+        fn = getattr(dist, name)
 
-            def counted(*a: Any, _fn: Any = fn, _n: str = name, **k: Any) -> Any:
-                counts[_n] = counts.get(_n, 0) + 1
-                return _fn(*a, **k)
+        def counted(*a: Any, _fn: Any = fn, _n: str = name, **k: Any) -> Any:
+            counts[_n] = counts.get(_n, 0) + 1
+            return _fn(*a, **k)
 
-            setattr(dist, name, counted)
+        setattr(dist, name, counted)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    ooms = mode in ("rank1_ooms", "rank1_ooms_torchrun")
+    ooms = mode == "rank1_ooms"
     timeout = 5.0 if ooms else 60.0
     report: dict[str, Any] = {"rank": rank, "epochs": [], "end_epoch_s": []}
     with memwatch.watch(device="cpu", workers=False, out_dir=str(out_dir / f"rank{rank}"),
-                        exchange_timeout_s=timeout,
-                        signals=mode == "rank1_ooms_torchrun") as mw:
+                        exchange_timeout_s=timeout, signals=False) as mw:
         for epoch in range(EPOCHS):
             for _ in range(80):
                 loss = torch.nn.functional.mse_loss(model(torch.randn(32, 64)), torch.randn(32, 1))
@@ -65,13 +63,9 @@ def main() -> None:
                     if not keep or len(keep) == 81:
                         # Cap the address space a little above what is mapped now: the leak
                         # then dies of a real host OOM a few steps later.
-                        vm = _vmsize()
+                        vm = vmsize()
                         resource.setrlimit(resource.RLIMIT_AS, (vm + (48 << 20),) * 2)
                     keep.append(torch.ones(1 << 20))  # 4 MiB more per step until it fails
-                if rank == 0 and mode == "rank1_ooms_torchrun" and epoch >= 2:
-                    # A real rank 0 would now hang in the training's next collective with the dead
-                    # rank 1; here it keeps training slowly (<= 40 s) until torchrun stops it.
-                    time.sleep(0.25)
                 before = dict(counts)
                 mw.step()
                 if counts != before:
@@ -91,7 +85,8 @@ def main() -> None:
     dist.destroy_process_group()
 
 
-def _vmsize() -> int:
+def vmsize() -> int:
+    """This process's mapped address space (VmSize), in bytes."""
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith("VmSize:"):

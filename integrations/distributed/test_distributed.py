@@ -2,15 +2,15 @@
 
 (1) torchrun: only rank 1 leaks -> rank 0 reports a cross-rank finding naming rank 1;
 (3) rank 1 dies of a real host OOM -> its bundle exists, rank 0 is not held past the timeout;
-(4) step() issues no collective (every torch.distributed collective counted in the ranks);
-and the bundles of one torchrun job are grouped and compared by `memwatch ls` / `inspect DIR`.
+(4) step() issues no collective (every torch.distributed collective counted in the ranks, in the
+same torchrun job as (1)). A torchrun job whose rank dies of a host OOM under torchrun, its peers'
+collectives failing, grouped and compared by `memwatch ls` / `inspect`: test_two_nodes.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from memwatch.cli import main
 from memwatch.testing import free_port
 
 HERE = Path(__file__).parent
@@ -43,9 +42,16 @@ def _report(out: Path, rank: int) -> dict[str, Any]:
     return json.loads((out / f"report-rank{rank}.json").read_text())  # type: ignore[no-any-return]
 
 
-def test_only_rank1_leaks_and_rank0_names_it(tmp_path: Path) -> None:
-    _torchrun("rank1_leaks", tmp_path)
-    r0, r1 = _report(tmp_path, 0), _report(tmp_path, 1)
+@pytest.fixture(scope="module")
+def leak_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One torchrun job: only rank 1 leaks; every collective counted on both ranks."""
+    out = tmp_path_factory.mktemp("leak-job")
+    _torchrun("rank1_leaks", out)
+    return out
+
+
+def test_only_rank1_leaks_and_rank0_names_it(leak_job: Path) -> None:
+    r0, r1 = _report(leak_job, 0), _report(leak_job, 1)
     own0 = [f for fs in r0["epochs"] for f in fs if f["kind"] == "leak"]
     assert own0 == []  # rank 0 itself is clean
     assert any(f["kind"] == "leak" and f["rank"] == 1 for fs in r1["epochs"] for f in fs)
@@ -60,10 +66,9 @@ def test_only_rank1_leaks_and_rank0_names_it(tmp_path: Path) -> None:
     assert 0 < r0["exchange"]["bytes"] < 8192
 
 
-def test_no_collective_from_step(tmp_path: Path) -> None:
-    _torchrun("count", tmp_path)
+def test_no_collective_from_step(leak_job: Path) -> None:
     for rank in (0, 1):
-        r = _report(tmp_path, rank)
+        r = _report(leak_job, rank)
         assert "collectives_in_step" not in r
         # ... while end_epoch() did exchange: one barrier and one gather per epoch, and start()
         # one broadcast (the job id); nothing else, ever
@@ -102,42 +107,3 @@ def test_rank_dying_of_oom_leaves_bundle_and_rank0_does_not_hang(tmp_path: Path)
     assert r0["rank_summaries"] == []
     assert [s["epoch"] for s in r0["rank_last_seen"]] == [1, 0]
     assert wall < 200
-
-
-def test_torchrun_job_bundles_grouped_and_compared(tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    """Under torchrun rank 1 dies of a real host OOM; torchrun then stops rank 0 with SIGTERM and
-    memwatch's handler writes rank 0's bundle. `memwatch ls` groups both under one job id (rank 0
-    made it up and sent it to every rank: torchrun's default run id is "none"), and
-    `memwatch inspect DIR` says rank 1 failed first and shows rank 0's memory at that moment."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-           "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(SCRIPT),
-           "rank1_ooms_torchrun", str(tmp_path)]
-    r = subprocess.run(cmd, timeout=240, env=_env(), cwd=tmp_path, capture_output=True, text=True)
-    assert r.returncode != 0  # a rank failed: torchrun reports it
-    b1 = list((tmp_path / "rank1" / "oom").glob("*-rank1-pid*"))
-    b0 = list((tmp_path / "rank0" / "oom").glob("*-rank0-pid*"))
-    assert len(b1) == 1 and len(b0) == 1, (r.stderr[-3000:], b0, b1)
-    m1 = json.loads((b1[0] / "manifest.json").read_text())
-    m0 = json.loads((b0[0] / "manifest.json").read_text())
-    assert m1["classification"] == "host_oom" and m0["trigger"] == "signal"
-    assert m1["job"]["id"] == m0["job"]["id"] and m0["job"]["source"] == "rank0"
-    assert m1["world_size"] == m0["world_size"] == 2
-    # rank 0 keeps every rank's summary from the last epoch-end exchange
-    ranks = json.loads((b0[0] / "ranks.json").read_text())
-    assert ranks["summaries"][0]["rank"] == 0 and ranks["world_size"] == 2
-
-    assert main(["ls", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith(f"job {m0['job']['id']}: world size 2, 2 bundle(s) from rank(s) 0, 1; "
-                          "rank 1 failed first (host_oom)"), out
-    assert main(["inspect", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    assert "Rank 1 failed first" in out and "host OOM" in out, out
-    rows = {ln.split()[0]: ln for ln in out.splitlines() if re.match(r"\s+[01]\s+\S+\s+\d+\s", ln)}
-    assert set(rows) == {"0", "1"}, out
-    assert "failed first: host_oom (exception)" in rows["1"]
-    assert re.search(r"\+\d+\.\d s: signal", rows["0"]), rows["0"]
-    # rank 0's memory at that moment comes from its own timeline, sampled shortly before
-    age = float(re.search(r"(\d+\.\d) s ", rows["0"]).group(1))  # type: ignore[union-attr]
-    assert age < 30 and "MiB" in rows["0"], rows["0"]

@@ -7,9 +7,9 @@ from typing import Any
 
 import torch
 
-from memwatch.analysis.culprits import census as C
-from memwatch.analysis.culprits import graphs as G
-from memwatch.analysis.culprits import holders as H
+from memwatch.analysis.culprits.census import census as C
+from memwatch.analysis.culprits.census import graphs as G
+from memwatch.analysis.culprits.holders import holders as H
 
 GLOBAL_HISTORY: list[torch.Tensor] = []
 
@@ -156,9 +156,9 @@ def test_census_records_containers_from_their_minimum_length_and_counts_every_ty
     """Containers are chosen by length at C speed, a slice of the heap at a time: the ones
     exactly at the minimum are in, one shorter are out, for each container kind; type counts
     add up over the slices (more objects than one slice holds)."""
-    from memwatch.analysis.culprits import weigh
+    from memwatch.analysis.culprits.census import containers
 
-    seq, other = weigh.SEQUENCE_MIN_LEN, weigh.CONTAINER_MIN_LEN
+    seq, other = containers.SEQUENCE_MIN_LEN, containers.CONTAINER_MIN_LEN
     keep = {
         "list_at": list(range(seq)), "list_below": list(range(seq - 1)),
         "deque_at": collections.deque(range(seq)),
@@ -190,7 +190,7 @@ def test_module_paths_are_judged_after_normalising_only_what_could_move_them() -
     import json
     import os
 
-    from memwatch.analysis.culprits import ownership
+    from memwatch.analysis.culprits.census import ownership
 
     ownership._is_user_path.cache_clear()
     lib = os.path.dirname(json.__file__)

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 import memwatch
-from memwatch.analysis.culprits import allocations, sites
+from memwatch.analysis.culprits.census import allocations, sites
 from memwatch.core.errors import ConfigError
 
 HERE = Path(__file__).resolve()

@@ -22,7 +22,7 @@ from memwatch.analysis.beliefs import (
     history,
     state_of,
 )
-from memwatch.analysis.culprits.evidence import (
+from memwatch.analysis.evidence import (
     Attribution,
     Bound,
     ContainerGrowth,
@@ -30,7 +30,6 @@ from memwatch.analysis.culprits.evidence import (
     HolderSize,
 )
 from memwatch.analysis.rules.ranks import cross_rank_findings
-from memwatch.analysis.stats.held import held_stairs
 from memwatch.core.findings import Finding, Origin
 from memwatch.runtime.warn import FindingWarner
 from memwatch.testing.evidence import RecordedEvidence
@@ -175,11 +174,11 @@ def test_the_stairs_tolerance_comes_from_the_measured_noise() -> None:
     cfg = Analyzer().config
     s1, noise = 8 * MIB, 0.25 * MIB  # tolerance: 4 x sqrt(4 x 0.25²) MiB = 2 MiB
     a = unit(GIB, GIB + s1, noise)
-    assert held_stairs([a, unit(GIB + s1, GIB + s1 + 9.9 * MIB, noise)], cfg) is not None
-    assert held_stairs([a, unit(GIB + s1, GIB + s1 + 10.1 * MIB, noise)], cfg) is None
+    assert cfg.stairs([a, unit(GIB + s1, GIB + s1 + 9.9 * MIB, noise)]) is not None
+    assert cfg.stairs([a, unit(GIB + s1, GIB + s1 + 10.1 * MIB, noise)]) is None
     quiet = unit(GIB, GIB + s1, 0.0)  # no noise: equal within the threshold (256 KiB)
-    assert held_stairs([quiet, unit(GIB + s1, GIB + s1 + s1 + 200 * 1024, 0.0)], cfg)
-    assert held_stairs([quiet, unit(GIB + s1, GIB + s1 + s1 + 300 * 1024, 0.0)], cfg) is None
+    assert cfg.stairs([quiet, unit(GIB + s1, GIB + s1 + s1 + 200 * 1024, 0.0)])
+    assert cfg.stairs([quiet, unit(GIB + s1, GIB + s1 + s1 + 300 * 1024, 0.0)]) is None
 
 
 def test_flat_checks_needed_follow_the_noise() -> None:

@@ -38,14 +38,17 @@ ALL = [scenarios.load(n).SCENARIO for n in scenarios.NAMES]
 LEAKS = [s for s in ALL if s.is_leak]
 CONTROLS = [s for s in ALL if not s.is_leak]
 #: The raw-series sanity run covers issue 3's corpus and the design part's reproductions added in
-#: issue 23 (not their twins); the reproductions of issue 16, all twins and the synthetic Python
-#: leaks had theirs when written (measured figures in benchmarks/scenarios/reported/README.md) and
-#: run here under the analyzer only, which keeps this module's two corpus runs within a few
-#: minutes.
+#: issues 23, 40 and 41 (not their twins); the reproductions of issue 16, all twins and the
+#: synthetic Python leaks had theirs when written (measured figures in
+#: benchmarks/scenarios/reported/README.md) and run here under the analyzer only, which keeps this
+#: module's two corpus runs within a few minutes.
 ISSUE23_SANITY = ("rep_accelerator_reuse", "rep_eval_outputs_kept", "rep_gradcam_hooks",
                   "rep_rnn_hidden_graph", "rep_sampler_index_list", "rep_val_outputs_stored")
+ISSUE40_41_SANITY = ("rep_numpy_view_bases", "rep_patch_pool_fills", "rep_ring_buffer_prealloc",
+                     "rep_train_outputs_uncleared", "rep_val_outputs_uncleared",
+                     "rep_wsi_cached_property")
 SANITY = [s for s in ALL if not s.name.startswith(("rep_", "fix_", "syn_"))
-          or s.name in ISSUE23_SANITY]
+          or s.name in ISSUE23_SANITY + ISSUE40_41_SANITY]
 SANITY_LEAKS = [s for s in SANITY if s.is_leak]
 SANITY_CONTROLS = [s for s in SANITY if not s.is_leak]
 REPORTED_NON_LEAKS = [s for s in ALL if s.reported and not s.is_leak]
@@ -267,6 +270,21 @@ def test_heldout_part_stays_out_of_the_tests() -> None:
                            source="https://example.org/1", reported=True, split="heldout")
 
 
+def test_growth_fields_are_checked() -> None:
+    """Issues 40 and 41's ``growth``, ``stops_at_step`` and ``eval_every`` are validated."""
+    base = {"name": "ctrl_x", "is_leak": False, "leak_start_epoch": None,
+            "expected_metric": "host", "expected_culprit": None, "description": "x"}
+    with pytest.raises(ValueError, match="growth must be"):
+        scenarios.Scenario(**base, growth="sawtooth")
+    with pytest.raises(ValueError, match="stops_at_step"):
+        scenarios.Scenario(**base, growth="stops")
+    with pytest.raises(ValueError, match="stops_at_step"):
+        scenarios.Scenario(**base, stops_at_step=100)
+    with pytest.raises(ValueError, match="eval_every"):
+        scenarios.Scenario(**base, growth="eval")
+    assert scenarios.Scenario(**base, growth="stops", stops_at_step=100).stops_at_step == 100
+
+
 def test_every_scenario_runs(corpus: dict[str, dict[str, Any]]) -> None:
     failed = {n: r["error"][-400:] for n, r in corpus.items() if "error" in r}
     assert not failed
@@ -329,6 +347,28 @@ def test_control_stops_growing(corpus: dict[str, dict[str, Any]],
         f"{key} still grows at the end: {before / MiB:.2f} -> {end / MiB:.2f} MiB")
 
 
+#: How much a bounded reproduction (``growth="stops"``) must have grown before it stopped, from
+#: its first epoch's floor to the end of the run: each fills 15-30 MiB by design (the README's
+#: checks), three times the controls' tolerance, so a buffer that stayed empty cannot pass as a
+#: bounded one.
+BOUNDED_FILL = 3 * CONTROL_TOLERANCE["host.rss"]
+
+
+@pytest.mark.parametrize("sc", [s for s in SANITY_CONTROLS if s.growth == "stops"],
+                         ids=lambda s: s.name)
+def test_bounded_reproduction_fills_before_it_stops(corpus: dict[str, dict[str, Any]],
+                                                    sc: scenarios.Scenario) -> None:
+    """A bounded buffer really filled (test_control_stops_growing checks that it then stopped)."""
+    raw = _raw(corpus, sc.name)
+    key = SANITY_KEY[sc.expected_metric]
+    last = raw["epochs"] - 1
+    grown = min(_epoch_values(raw, key, last, (0.75, 1.0))) - _floor(raw, key, 0)
+    assert grown >= BOUNDED_FILL, (
+        f"{key} grew {grown / MiB:.2f} MiB from the first epoch's floor to the end of the run; "
+        f"a buffer filling to step {sc.stops_at_step} should add at least "
+        f"{BOUNDED_FILL / MiB:.0f} MiB")
+
+
 def test_worker_cow_control_really_copies_pages(corpus: dict[str, dict[str, Any]]) -> None:
     """Worker USS rises by tens of MiB in the first epoch (pages copied), then stays."""
     raw = _raw(corpus, "ctrl_worker_cow")
@@ -360,30 +400,6 @@ def test_fragmentation_controls_grow_reserved_not_allocated(corpus: dict[str, di
 
 
 # --------------------------------------------------------------------------- issue 3 targets
-@pytest.mark.parametrize("sc", LEAKS, ids=lambda s: s.name)
-def test_leak_found_by_second_epoch(rows: dict[str, dict[str, Any]],
-                                    sc: scenarios.Scenario) -> None:
-    r = rows[sc.name]
-    assert "error" not in r, r.get("error")
-    mw = r["memwatch"]
-    assert mw["detected"], (
-        f"no leak verdict on {sc.expected_metric}.* by epoch "
-        f"{sc.leak_start_epoch + bench.DEADLINE_EPOCHS} "
-        f"(first at {mw['first_epoch']}); findings seen: {r['kinds_seen']}")
-    assert not mw["early"], f"leak verdict before the leak started: {mw['verdict_epochs']}"
-
-
-@pytest.mark.parametrize("sc", CONTROLS, ids=lambda s: s.name)
-def test_no_leak_verdict_on_control(rows: dict[str, dict[str, Any]],
-                                    sc: scenarios.Scenario) -> None:
-    r = rows[sc.name]
-    assert "error" not in r, r.get("error")
-    assert not r["memwatch"]["false_alarm"], (
-        f"false leak verdict at epochs {r['memwatch']['verdict_epochs']} on "
-        f"{r['memwatch']['metrics']}; findings seen: {r['kinds_seen']}; what the verdict "
-        f"stood on: {[(f.get('message'), f.get('evidence')) for f in _false_findings(r)]}")
-
-
 #: Issue 23's targets on the design part that the analyzer does not meet yet, as strict xfails:
 #: each fails the run the day memwatch meets it, so the marker goes with the fix. (The two
 #: written with the corpus, rep_rnn_hidden_graph's holder and rep_eval_outputs_kept's bounded
@@ -409,7 +425,50 @@ def _params(scs: list[scenarios.Scenario],
     return [pytest.param(s, marks=marks[s.name]) if s.name in marks else s for s in scs]
 
 
-@pytest.mark.parametrize("sc", _params([s for s in LEAKS if s.expected_culprit], ISSUE23_MISSES),
+#: Issues 40 and 41's design reproductions whose targets the analyzer misses at their base
+#: (`763b8cf`, three runs of ``bench_detection.py --quick --split all``; reported/README.md).
+ISSUE40_41_MISSES: dict[str, pytest.MarkDecorator] = {
+    # Strict: found at the 2nd check in all three runs, but named "DataLoader worker processes (2):
+    # per-worker growth in the Dataset": the main process takes no census inside a worker
+    # (issue 41, item 5), so the workers' ``WsiDataset._wsi`` cannot be named yet.
+    "rep_wsi_cached_property": pytest.mark.xfail(strict=True, reason=(
+        "a worker's Dataset attribute is not named (no census inside workers)")),
+    # Not strict: a deque(maxlen=12800) full at step 200 draws no finding, a step_change or a
+    # leak verdict naming the full deque (issue 40's first case) depending on the run (7 runs of
+    # two versions of the loop: 4 leak verdicts, 2 without a finding, 1 step_change). A verdict
+    # that changes from run to run is a bug.
+    "rep_patch_pool_fills": pytest.mark.xfail(strict=False, reason=(
+        "a bounded deque that fills mid-run: a leak verdict, a step or nothing, by the run")),
+}
+#: Every design target the analyzer misses today, by scenario.
+DESIGN_MISSES = {**ISSUE23_MISSES, **ISSUE40_41_MISSES}
+
+
+@pytest.mark.parametrize("sc", LEAKS, ids=lambda s: s.name)
+def test_leak_found_by_second_epoch(rows: dict[str, dict[str, Any]],
+                                    sc: scenarios.Scenario) -> None:
+    r = rows[sc.name]
+    assert "error" not in r, r.get("error")
+    mw = r["memwatch"]
+    assert mw["detected"], (
+        f"no leak verdict on {sc.expected_metric}.* by epoch "
+        f"{sc.leak_start_epoch + bench.DEADLINE_EPOCHS} "
+        f"(first at {mw['first_epoch']}); findings seen: {r['kinds_seen']}")
+    assert not mw["early"], f"leak verdict before the leak started: {mw['verdict_epochs']}"
+
+
+@pytest.mark.parametrize("sc", _params(CONTROLS, ISSUE40_41_MISSES), ids=lambda s: s.name)
+def test_no_leak_verdict_on_control(rows: dict[str, dict[str, Any]],
+                                    sc: scenarios.Scenario) -> None:
+    r = rows[sc.name]
+    assert "error" not in r, r.get("error")
+    assert not r["memwatch"]["false_alarm"], (
+        f"false leak verdict at epochs {r['memwatch']['verdict_epochs']} on "
+        f"{r['memwatch']['metrics']}; findings seen: {r['kinds_seen']}; what the verdict "
+        f"stood on: {[(f.get('message'), f.get('evidence')) for f in _false_findings(r)]}")
+
+
+@pytest.mark.parametrize("sc", _params([s for s in LEAKS if s.expected_culprit], DESIGN_MISSES),
                          ids=lambda s: s.name)
 def test_culprit_named(rows: dict[str, dict[str, Any]], sc: scenarios.Scenario) -> None:
     r = rows[sc.name]
@@ -438,7 +497,7 @@ _ACCUMULATION_MISS = pytest.mark.xfail(strict=True, reason=(
 
 @pytest.mark.parametrize("sc", [pytest.param(s, marks=_ACCUMULATION_MISS)
                                 if s.expected_kind == "accumulation" else
-                                _params([s], ISSUE23_MISSES)[0]
+                                _params([s], DESIGN_MISSES)[0]
                                 for s in REPORTED_NON_LEAKS], ids=lambda s: s.name)
 def test_reported_non_leak_said_for_what_it_is(rows: dict[str, dict[str, Any]],
                                                sc: scenarios.Scenario) -> None:
@@ -451,7 +510,7 @@ def test_reported_non_leak_said_for_what_it_is(rows: dict[str, dict[str, Any]],
         f"expected {sc.expected_kind}; said {r['reported_score'].get('said')}")
 
 
-@pytest.mark.parametrize("sc", _params([s for s in LEAKS if s.reported], ISSUE23_MISSES),
+@pytest.mark.parametrize("sc", _params([s for s in LEAKS if s.reported], DESIGN_MISSES),
                          ids=lambda s: s.name)
 def test_reported_leak_of_the_right_kind(rows: dict[str, dict[str, Any]],
                                          sc: scenarios.Scenario) -> None:

@@ -15,9 +15,11 @@ import pytest
 import torch
 
 from loop_runs import LoopRuns
-from memwatch.analysis.culprits import census as C
-from memwatch.analysis.culprits import holders as H
-from memwatch.analysis.culprits import weigh as W
+from memwatch.analysis.culprits.census import census as C
+from memwatch.analysis.culprits.census import containers
+from memwatch.analysis.culprits.growth import weigh as W
+from memwatch.analysis.culprits.holders import holders as H
+from memwatch.analysis.evidence import ContainerGrowth
 
 run_loop = LoopRuns(Path(__file__).with_name("culprit_loops.py"))
 
@@ -86,7 +88,7 @@ def test_string_dict_weighed() -> None:
     holder.log = step_log
     c2 = C.take_census()
     # ... and so it is held by an instance of a user class, and weighed in bytes
-    grown = [g for g in W.container_growth(c0.containers, c2.containers)
+    grown = [g for g in containers.container_growth(c0.containers, c2.containers)
              if g.obj_id == id(step_log)]
     assert grown and grown[0].len_delta == 200
     scale = W.Scale()
@@ -148,7 +150,7 @@ def test_memwatch_own_containers_left_out() -> None:
 
 
 def test_memwatch_module_caches_left_out() -> None:
-    from memwatch.analysis.culprits import ownership as o
+    from memwatch.analysis.culprits.census import ownership as o
 
     for i in range(40):  # memwatch's per-type cache grows as new types are met
         o.is_user_type(type(f"T{i}", (), {}))
@@ -165,7 +167,7 @@ def test_classes_weigh_nothing() -> None:
 def test_dict_of_tuples_reads_as_tuples() -> None:
     cache = {i: (torch.ones(4), i) for i in range(20)}
     assert W.element_name(cache[3]) == "tuples"
-    g = W.ContainerGrowth(id(cache), "dict", 20, 20, True)
+    g = ContainerGrowth(id(cache), "dict", 20, 20, True)
     s = W.Scale()
     W.weigh_growth(g, cache, s)
     s.close()
@@ -190,7 +192,8 @@ def test_a_short_growing_list_of_models_is_the_holder_not_the_model() -> None:
     c0 = C.take_census()
     PREPARED._models.extend(torch.nn.Sequential(torch.nn.Linear(64, 64)) for _ in range(3))
     c1 = C.take_census()
-    grown = {g.obj_id: g.len_delta for g in W.container_growth(c0.containers, c1.containers)}
+    grown = {g.obj_id: g.len_delta
+             for g in containers.container_growth(c0.containers, c1.containers)}
     assert grown.get(id(PREPARED._models)) == 3
     weight = PREPARED._models[-1][0].weight
     h = H.holder_of(weight, owners=grown)
@@ -227,7 +230,8 @@ def test_optimizer_state_is_told_unless_optimizers_accumulate() -> None:
         o.step()
     del o  # the walk must meet the list, not this frame's loop variable
     c1 = C.take_census()
-    grown = {g.obj_id: g.len_delta for g in W.container_growth(c0.containers, c1.containers)}
+    grown = {g.obj_id: g.len_delta
+             for g in containers.container_growth(c0.containers, c1.containers)}
     assert grown.get(id(TRIALS.optimizers)) == 3
     h = H.holder_of(TRIALS.optimizers[-1].state[model.weight]["exp_avg"], owners=grown)
     assert h is not None and h.path.endswith("TRIALS.optimizers"), h

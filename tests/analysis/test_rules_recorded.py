@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from memwatch.analysis import Analyzer, AnalyzerConfig, CheckContext
-from memwatch.analysis.culprits.evidence import Attribution, Holder
+from memwatch.analysis.evidence import Attribution, Holder
 from memwatch.core.findings import Finding
 from memwatch.testing import RecordedEvidence
 from memwatch.timeline import Timeline

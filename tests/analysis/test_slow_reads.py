@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from memwatch.analysis import Analyzer, AnalyzerConfig, CheckContext
-from memwatch.analysis.culprits.evidence import CensusPair
-from memwatch.analysis.stats.held import verdict
+from memwatch.analysis.evidence import CensusPair
 from memwatch.analysis.stats.shapes import read_noise
 from memwatch.testing import RecordedEvidence
 from memwatch.timeline import Timeline
@@ -98,7 +97,7 @@ def test_a_part_of_rss_read_once_a_unit_does_not_climb_out_of_rss_swing() -> Non
     anon = analyzer.history["host.rss_anon"]
     assert [h.floor / MIB for h in anon] == [309, 392, 480]
     assert all(h.threshold > 88 * MIB for h in anon)  # one reading in a swing of 110 MiB
-    assert verdict(anon, analyzer.config) != "leak"
+    assert analyzer.config.held(anon) != "leak"
     assert True not in ev.collected  # no verdict's census (a gc.collect and a census, ~0.3 s)
     assert not any(kinds)
 
@@ -112,7 +111,7 @@ def test_the_same_climb_read_every_few_steps_is_judged_on_its_readings() -> None
                            every=11)
     anon = analyzer.history["host.rss_anon"]
     assert all(h.threshold < 30 * MIB for h in anon)
-    assert verdict(anon, analyzer.config) == "leak"
+    assert analyzer.config.held(anon) == "leak"
     assert True in ev.collected
 
 

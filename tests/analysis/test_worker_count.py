@@ -114,7 +114,7 @@ def test_the_oldest_loader_is_the_one_whose_workers_started_first() -> None:
     import subprocess
     import sys
 
-    from memwatch.analysis.culprits import loaders
+    from memwatch.analysis.culprits.holders import loaders
 
     @dataclasses.dataclass
     class Worker:

@@ -13,8 +13,8 @@ import torch
 
 from memwatch.analysis import Analyzer, AnalyzerConfig, CheckContext
 from memwatch.analysis.culprits import attribution as A
-from memwatch.analysis.culprits import census as C
-from memwatch.analysis.culprits import device_sites
+from memwatch.analysis.culprits.census import census as C
+from memwatch.analysis.culprits.growth import device_sites
 from memwatch.core.findings import Finding
 from memwatch.probes.base import outside_allocator, private_pools
 from memwatch.testing import FakeDevice
@@ -135,8 +135,8 @@ def test_device_leak_joined_to_its_allocation_site() -> None:
 
 
 def test_culprit_says_who_holds_and_where_allocated() -> None:
-    from memwatch.analysis.culprits.evidence import Attribution, Holder
     from memwatch.analysis.culprits.wording import culprit_of
+    from memwatch.analysis.evidence import Attribution, Holder
 
     g = C.GroupGrowth(C.Group("cuda:0", "torch.float32", (33, 7), False, ""), 12, 12 * 1024,
                       [])

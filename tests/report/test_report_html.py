@@ -282,7 +282,9 @@ def test_empty_and_unreadable_exports(tmp_path: Path, capsys: pytest.CaptureFixt
 # ---------------------------------------------------------------- robustness
 def test_a_failing_section_is_a_note(bundle: Path) -> None:
     d = from_bundle(open_bundle(bundle))
-    d.findings = [{"kind": "leak", "severity": "warning", "bytes_per_step": "not a number"}]
+    # (fmt_bytes shows a value that is no number as "n/a": suggestions that cannot be iterated)
+    d.findings = [{"kind": "leak", "severity": "warning", "bytes_per_step": "not a number",
+                   "suggestions": 5}]
     d.workers = [{"index": 0}]  # malformed: no readings
     html = render(d)
     assert "The workers section could not be rendered (KeyError" in html

@@ -419,7 +419,7 @@ def test_unwritable_out_dir_never_breaks_the_run(tmp_path: Path,
 
 def test_census_failure_is_recorded_not_fatal(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    import memwatch.analysis.culprits.census as census_mod
+    import memwatch.analysis.culprits.census.census as census_mod
 
     def broken(top_n: int = 20) -> dict[str, object]:
         raise RuntimeError("census exploded")

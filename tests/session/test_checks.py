@@ -219,7 +219,7 @@ def test_plain_loop_one_long_epoch_step_alone(tmp_path: Path, leaking: bool) -> 
 
 
 def test_memwatch_own_objects_are_not_counted_by_the_census() -> None:
-    from memwatch.analysis.culprits.census import take_census
+    from memwatch.analysis.culprits.census.census import take_census
     from memwatch.core.findings import Finding
 
     kept = [Finding(kind="leak", severity="info", metric="m", message=str(i)) for i in range(500)]

@@ -7,8 +7,9 @@ in :mod:`.stats`, and everything that reads the live process to name a culprit i
 """
 
 from memwatch.analysis.analyzer import LEAK_METRICS, Analyzer
-from memwatch.analysis.context import AnalyzerConfig, CheckContext, Evidence
-from memwatch.analysis.culprits.census import tensor_census
+from memwatch.analysis.context import AnalyzerConfig, CheckContext
+from memwatch.analysis.culprits.census.census import tensor_census
+from memwatch.analysis.evidence import Evidence
 
 __all__ = ["LEAK_METRICS", "Analyzer", "AnalyzerConfig", "CheckContext", "Evidence",
            "tensor_census"]

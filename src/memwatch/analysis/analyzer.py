@@ -20,19 +20,27 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+from typing import Protocol
 
 from memwatch.analysis.beliefs import Beliefs
-from memwatch.analysis.context import AnalyzerConfig, CheckContext, Evidence
-from memwatch.analysis.culprits.evidence import CensusPair
+from memwatch.analysis.context import AnalyzerConfig, CheckContext
+from memwatch.analysis.evidence import CensusPair, Evidence
 from memwatch.analysis.rules import RULES, Rule, RuleInput, dedupe
 from memwatch.analysis.rules.leak.native import IN_USE
-from memwatch.analysis.stats.held import floor_rose, verdict
+from memwatch.analysis.stats.held import floor_rose
 from memwatch.analysis.stats.settle import workers_settled_step
 from memwatch.analysis.stats.shapes import EpochStats, epoch_stats, last_value, read_noise
 from memwatch.core.findings import Finding
 from memwatch.timeline import EpochSummary
 
 log = logging.getLogger("memwatch")
+
+
+class Judge(Protocol):
+    """What judges a session's checks: :class:`Analyzer`, or any object with its ``check``
+    (``MemWatch.analyzer`` may be replaced by one)."""
+
+    def check(self, summary: EpochSummary, ctx: CheckContext) -> list[Finding]: ...
 
 # Metrics judged for leaks; the others are evidence.
 LEAK_METRICS = ("device.allocated", "host.rss", "workers.uss")
@@ -272,7 +280,7 @@ class Analyzer:
             st, hist = stats.get(m), judged.get(m, [])
             if st is None:
                 continue
-            if len(hist) >= 2 and verdict(hist, self.config) == "leak":
+            if len(hist) >= 2 and self.config.held(hist) == "leak":
                 return "verdict"
             held = hist[-1].floor - hist[-2].floor if len(hist) >= 2 else 0.0
             stair = held > max(4 * st.threshold, 0.02 * abs(st.level))
@@ -336,4 +344,4 @@ class Analyzer:
         return pair
 
 
-__all__ = ["LEAK_METRICS", "Analyzer", "AnalyzerConfig", "CheckContext"]
+__all__ = ["LEAK_METRICS", "Analyzer", "AnalyzerConfig", "CheckContext", "Judge"]

@@ -40,7 +40,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from memwatch.analysis.culprits.evidence import HolderSize
+from memwatch.analysis.evidence import HolderSize
 from memwatch.analysis.rules.base import RuleInput
 from memwatch.analysis.rules.leak.rule import BELIEF
 from memwatch.analysis.rules.words import where

@@ -1,27 +1,25 @@
-"""What the analyzer is told: its tuning (:class:`AnalyzerConfig`), at every check the context a
-verdict needs besides the summaries (:class:`CheckContext`), and the one port through which it
-reads the live process (:class:`Evidence`).
+"""What the analyzer is told: its tuning (:class:`AnalyzerConfig`) and, at every check, the
+context a verdict needs besides the summaries (:class:`CheckContext`).
 
 The analyzer never reads the session: the session builds a ``CheckContext`` at each check (known
 limits, the run's planned length, where the finding is born, whether a census may run), so the
 verdicts are functions of epoch summaries plus this value. What a verdict needs from the live
-process (a census of objects, who holds them, which DataLoaders keep workers, which files are
-mapped) comes through an :class:`Evidence` port: the live one
-(:class:`memwatch.analysis.culprits.live.LiveEvidence`) walks the heap; a test passes recorded
-values instead, so every rule is testable without a process to look at.
+process comes through the port of :mod:`memwatch.analysis.evidence`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
-from memwatch.analysis.culprits.evidence import Attribution, CensusPair, Holder, HolderSize
+from memwatch.analysis.stats.forecast import remaining_steps
+from memwatch.analysis.stats.held import held_stairs, verdict, worth_reporting
 from memwatch.analysis.stats.shapes import EpochStats, ShapeConfig
 from memwatch.core.findings import Origin
+from memwatch.timeline import EpochSummary
 
-__all__ = ["CENSUS_MODES", "AnalyzerConfig", "CheckContext", "Evidence"]
+__all__ = ["CENSUS_MODES", "AnalyzerConfig", "CheckContext"]
 
 #: ``"auto"``: a census when growth is suspected or it is cheap; ``"always"``; ``"never"``;
 #: ``"skip"``: not at this check (replaying a checkpoint's epochs).
@@ -95,6 +93,21 @@ class AnalyzerConfig:
         if self.census_max_objects < 0:
             raise ValueError("AnalyzerConfig.census_max_objects must be >= 0")
 
+    def held(self, hist: list[EpochStats]) -> str:
+        """The held-growth verdict on ``hist``'s latest unit with this tuning
+        (:func:`memwatch.analysis.stats.held.verdict`)."""
+        return verdict(hist, self.carry_fraction, self.deceleration, self.shape.noise_k)
+
+    def stairs(self, hist: list[EpochStats]) -> float | None:
+        """The height of two equal stairs held over ``hist``'s last two units, or None
+        (:func:`memwatch.analysis.stats.held.held_stairs` with this tuning's ``noise_k``)."""
+        return held_stairs(hist, self.shape.noise_k)
+
+    def worth(self, cur: EpochStats, amount: float) -> bool:
+        """An informational finding about ``amount`` bytes is worth saying (at least
+        ``shape.min_growth_bytes`` and ``info_min_rel`` of the level)."""
+        return worth_reporting(cur, amount, self.shape.min_growth_bytes, self.info_min_rel)
+
 
 @dataclasses.dataclass(frozen=True)
 class CheckContext:
@@ -130,7 +143,7 @@ class CheckContext:
 
     origin: Origin = Origin()
     at: str = "epoch_end"
-    partial: Any = None
+    partial: EpochSummary | None = None
     limits: Mapping[str, float] = dataclasses.field(default_factory=dict)
     limit_names: Mapping[str, str] = dataclasses.field(default_factory=dict)
     total_steps: int | None = None
@@ -143,7 +156,7 @@ class CheckContext:
     tracing: bool = False
     collected: bool = False
     #: The data files mapped now, most resident first (path, bytes); None: ask the analyzer's
-    #: :class:`Evidence` when a mapped-file verdict needs them (tests script them here).
+    #: evidence port when a mapped-file verdict needs them (tests script them here).
     mapped_files: Callable[[], list[tuple[str, float]]] | None = None
     #: The device allocator's snapshot, when its history is recorded (``record_history=True``):
     #: a device leak's tensors are joined to where they were allocated. None: not recorded.
@@ -182,6 +195,11 @@ class CheckContext:
         if self.census not in CENSUS_MODES:
             raise ValueError(f"CheckContext.census={self.census!r}: use one of {CENSUS_MODES}")
 
+    def remaining(self, cur: EpochStats) -> float:
+        """Steps this run has left (:func:`memwatch.analysis.stats.forecast.remaining_steps`),
+        at the pace of ``cur``."""
+        return remaining_steps(cur, self.total_steps, self.steps_done, self.horizon_s)
+
     def limit(self, metric: str) -> float | None:
         """The byte limit ``metric`` runs into (workers share the host's), or None."""
         lim = self.limits.get(metric)
@@ -200,61 +218,3 @@ class CheckContext:
     def device_prefix(self) -> str:
         """The census device prefix of the device metrics: ``"mps"`` or ``"cuda"``."""
         return "mps" if self.device_kind == "mps" else "cuda"
-
-
-class Evidence(Protocol):
-    """What the analyzer may learn about the live process, and nothing else (a port).
-
-    The analyzer calls :meth:`object_count` and :meth:`census` when it decides a census is worth
-    its cost; the rules call the others. Every method may be slow (it walks the heap or reads
-    ``/proc``) and runs at checks only, never per step.
-    """
-
-    def object_count(self, at_most: int | None = None) -> int | None:
-        """Objects the garbage collector tracks now (what a census would walk). With
-        ``at_most``, a figure at or under it may be a bound, not a count: enough to tell that
-        the heap is not larger; and None where telling would take a listing of the heap (a
-        census given ``at_most`` finds out with its own listing)."""
-        ...
-
-    def census_cost(self) -> float:
-        """Seconds a census would take now: objects to walk times the seconds per object the
-        censuses of this run measured."""
-        ...
-
-    def census(self, *, collect: bool, count_types: bool, epoch: int, step: int,
-               rss: float, at_most: int | None = None) -> CensusPair | None:
-        """Take a census now and keep it; the censuses of this check and the previous one
-        (None until two were taken, or when this one failed). With ``at_most``, a heap of more
-        objects is not walked: no census (None), and :meth:`object_count` knows the count."""
-        ...
-
-    def attribute(self, metric: str, cur: EpochStats, pair: CensusPair | None,
-                  ctx: CheckContext, cfg: AnalyzerConfig, growth: float,
-                  trace: Any = None) -> Attribution:
-        """What explains ``growth`` bytes of ``metric`` between the two censuses of ``pair``
-        (and the allocation sites of ``trace``), and who holds it."""
-        ...
-
-    def loaders_with_workers(self) -> tuple[int, Holder | None]:
-        """Live DataLoaders whose worker processes run, and the holder of the oldest."""
-        ...
-
-    def dataset_bytes(self) -> float | None:
-        """What reading the Datasets of the DataLoaders with live workers would write (their
-        Python objects' memory, buffers left out); None when no such loader is found."""
-        ...
-
-    def mapped_files(self) -> list[tuple[str, float]] | None:
-        """The data files mapped now, most resident first: (path, resident bytes); None where
-        the system cannot list them (no ``/proc/<pid>/smaps``)."""
-        ...
-
-    def alloc_conf(self) -> str:
-        """The device allocator's configuration (``PYTORCH_CUDA_ALLOC_CONF``)."""
-        ...
-
-    def holder_size(self, path: str) -> HolderSize | None:
-        """The holder an earlier attribution named ``path``, measured again now (its items
-        and its own bound); None when it is gone or cannot be measured."""
-        ...

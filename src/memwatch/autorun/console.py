@@ -18,7 +18,7 @@ Example::
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from memwatch.core.findings import Finding
 from memwatch.core.protocols import CheckReport
 from memwatch.core.units import fmt_bytes
 from memwatch.runtime.warn import WARN_SEVERITIES
+from memwatch.sinks.base import NullSink
 
 __all__ = ["ConsoleSink", "exit_lines", "say", "verdict_line", "withdrawn", "worth_saying"]
 
@@ -64,7 +65,7 @@ def verdict_line(f: Finding) -> str:
     return text + (": " + "; ".join(parts) if parts else "")
 
 
-class ConsoleSink:
+class ConsoleSink(NullSink):
     """A sink that prints each new verdict worth saying (:func:`worth_saying`) once per (loop,
     kind, metric), and once more when a later check names the holder the first could not."""
 
@@ -98,17 +99,8 @@ class ConsoleSink:
             self.said.add(key)
             say(f"{where}: {verdict_line(f)}", self.label)
 
-    def on_findings(self, epoch: int, findings: Sequence[Finding], summary: Any) -> None:
-        """Not called: the session calls :meth:`on_check` instead."""
-
-    def on_metrics(self, step: int, sample: Mapping[str, float]) -> None:
-        """Samples are not printed."""
-
-    def on_bundle(self, path: Path, manifest: Mapping[str, Any]) -> None:
-        """The flight recorder says it (and the summary at exit names the failure's bundle)."""
-
-    def close(self) -> None:
-        """Nothing to release."""
+    # Samples are not printed; a bundle, the flight recorder says (and the summary at exit
+    # names the failure's bundle): the rest of the sink is NullSink's.
 
 
 def _worst_first(findings: Iterable[Finding]) -> list[Finding]:

@@ -20,6 +20,7 @@ from memwatch._version import __version__
 from memwatch.bundle.format import host_name
 from memwatch.core.oom import Classification
 from memwatch.core.redact import redact_argv, redact_env, redact_obj, redact_truncate
+from memwatch.core.untrusted import MAX_INT
 
 __all__ = ["ENV_PREFIXES", "Capture", "environment", "environment_static", "exception_doc",
            "qualname", "ranks_doc", "segments_summary", "timeline_records"]
@@ -31,7 +32,7 @@ ENV_PREFIXES = (
     "PYTORCH_", "TORCH_", "CUDA_", "NCCL_", "NVIDIA_", "CUBLAS_", "CUDNN_", "OMP_", "MKL_",
     "SLURM_", "HF_", "HUGGING", "TRANSFORMERS_", "WANDB_", "ACCELERATE_", "MASTER_", "LOCAL_",
     "RANK", "WORLD_", "GROUP_", "ROLE_", "TORCHELASTIC_", "PL_", "LIGHTNING_", "XLA_", "MALLOC_",
-    "LD_PRELOAD", "MEMWATCH_",
+    "LD_PRELOAD", "MEMWATCH_", "SLURMD_",
 )
 
 
@@ -63,8 +64,14 @@ def qualname(t: type) -> str:
     return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
 
 
+def _size(v: Any) -> int:
+    """A size field of a snapshot (it may come from anyone): an integer of 0..2**64, else 0."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_INT else 0
+
+
 def segments_summary(snapshot: Any) -> dict[str, Any] | None:
-    """Segments, reserved/allocated bytes, largest free and allocated blocks of a snapshot."""
+    """Segments, reserved/allocated bytes, largest free and allocated blocks of a snapshot
+    (sizes that are not byte counts count as 0)."""
     if not isinstance(snapshot, dict) or not isinstance(snapshot.get("segments"), list):
         return None
     reserved = allocated = largest_free = 0
@@ -73,13 +80,14 @@ def segments_summary(snapshot: Any) -> dict[str, Any] | None:
     for seg in snapshot["segments"]:
         if not isinstance(seg, dict):
             continue
-        reserved += int(seg.get("total_size", 0) or 0)
-        allocated += int(seg.get("allocated_size", 0) or 0)
-        for b in seg.get("blocks") or []:
+        reserved += _size(seg.get("total_size"))
+        allocated += _size(seg.get("allocated_size"))
+        blocks = seg.get("blocks")
+        for b in blocks if isinstance(blocks, (list, tuple)) else ():
             if not isinstance(b, dict):
                 continue
             n_blocks += 1
-            size = int(b.get("size", 0) or 0)
+            size = _size(b.get("size"))
             if str(b.get("state", "")).startswith("active"):
                 blocks_alloc.append(size)
             else:

@@ -52,6 +52,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import math
 import os
@@ -83,6 +84,7 @@ __all__ = [
     "TMP_PREFIX",
     "add_file",
     "BundleWriter",
+    "bundle_name",
     "dir_size",
     "host_name",
     "note_error",
@@ -122,6 +124,15 @@ def _finite(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return [_finite(v) for v in x]
     return x
+
+
+def bundle_name(wall: float, rank: int, pid: int) -> str:
+    """A bundle's directory name: ``<UTC time>-<host>-rank<r>-pid<p>``. The time comes first, so
+    names sort oldest first across the folders of several ranks and nodes; milliseconds keep
+    them unique and in order when several bundles land in one second."""
+    d = datetime.datetime.fromtimestamp(wall, datetime.timezone.utc)
+    stamp = d.strftime("%Y%m%dT%H%M%S") + f".{d.microsecond // 1000:03d}Z"
+    return f"{stamp}-{host_name()}-rank{rank}-pid{pid}"
 
 
 def host_name() -> str:
@@ -323,7 +334,7 @@ def add_file(path: str | os.PathLike[str], fname: str, text: str,
         part = f".{fname}.{secrets.token_hex(6)}.part"
         pfd = create_file(fd, part, share)
         try:
-            with open(pfd, "w", encoding="utf-8") as f:
+            with open(pfd, "w", encoding="utf-8", errors="replace") as f:  # lone surrogates
                 f.write(text)
             size = os.stat(part, dir_fd=fd, follow_symlinks=False).st_size
             files = dict(doc.get("files") or {})

@@ -43,7 +43,7 @@ from memwatch._version import __version__
 from memwatch.bundle import schema
 from memwatch.bundle.format import OOM_SUBDIR, SCHEMA_VERSION, TMP_PREFIX
 from memwatch.core.errors import BundleError
-from memwatch.core.safefs import read_bounded
+from memwatch.core.safefs import open_regular, read_bounded
 from memwatch.core.untrusted import loads_json, sanitize
 
 __all__ = ["TIMELINE_TAIL_BYTES", "Bundle", "find_bundles", "open_bundle"]
@@ -54,10 +54,6 @@ TIMELINE_TAIL_BYTES = 16 << 20
 MAX_LINE_BYTES = 1 << 20
 # A file name in a manifest: one plain component.
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}")
-
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 def _doc(path: Path, fname: str, data: bytes) -> Any:
@@ -112,13 +108,11 @@ class Bundle:
             return
         p = self.path / "timeline.jsonl"
         try:
-            fd = os.open(p, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC)
-        except OSError as e:
+            fd = open_regular(p)
+        except OSError as e:  # UnsafePathError says what it refused
             raise BundleError(f"{p}: cannot read ({e})") from None
         with open(fd, "rb") as f:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise BundleError(f"{p}: not a regular file (not read)")
             if st.st_size > TIMELINE_TAIL_BYTES:
                 # The header is the first line; then only the newest samples and the epochs.
                 yield from self._lines(p, [(1, f.readline(MAX_LINE_BYTES + 1))])

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["FINDING", "MAX_BYTES", "MAX_OTHER_BYTES", "MAX_RANKS", "DictOf", "ListOf", "Obj",
-           "T", "check", "check_record"]
+__all__ = ["EPOCH", "FINDING", "MAX_BYTES", "MAX_KEYS", "MAX_OTHER_BYTES", "MAX_RANKS",
+           "MAX_UNIX", "TIME", "DictOf", "ListOf", "Obj", "T", "check", "check_record"]
 
 MIB = 1 << 20
 #: Largest size read of each file (a bundle memwatch writes is far below each cap).
@@ -34,6 +34,11 @@ MAX_BYTES: dict[str, int] = {
 MAX_OTHER_BYTES = 16 * MIB
 #: Largest world size (and rank + 1) accepted: a job of more ranks than this is not real.
 MAX_RANKS = 1 << 20
+#: Latest wall-clock time accepted (unix seconds, the year 5138): later ones are no date.
+MAX_UNIX = 1e11
+#: Most metric keys a timeline header may name (memwatch records a few dozen): each is a
+#: column every sample is read into.
+MAX_KEYS = 4096
 
 _NAMES = {dict: "an object", list: "a list", str: "a string", int: "an integer",
           float: "a number", bool: "true/false", type(None): "null"}
@@ -47,9 +52,10 @@ class _Spec:
 
 
 class T(_Spec):
-    """One of some JSON types (``int`` accepts no ``bool``; ``float`` accepts ints too)."""
+    """One of some JSON types (``int`` accepts no ``bool``; ``float`` accepts ints too), a
+    number within ``lo``..``hi`` when they are given."""
 
-    def __init__(self, *types: type, lo: int | None = None, hi: int | None = None) -> None:
+    def __init__(self, *types: type, lo: float | None = None, hi: float | None = None) -> None:
         self.types = types
         self.lo, self.hi = lo, hi
 
@@ -60,21 +66,23 @@ class T(_Spec):
         if not ok:
             want = " or ".join(_NAMES.get(t, t.__name__) for t in self.types)
             return f"should be {want}, not {_NAMES.get(type(v), type(v).__name__)}"
-        if isinstance(v, int) and not isinstance(v, bool):
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
             if (self.lo is not None and v < self.lo) or (self.hi is not None and v > self.hi):
-                return f"is {v}, outside {self.lo}..{self.hi}"
+                return f"is {str(v)[:40]}, outside {self.lo}..{self.hi}"
         return None
 
 
 class ListOf(_Spec):
-    def __init__(self, item: _Spec, none: bool = False) -> None:
-        self.item, self.none = item, none
+    def __init__(self, item: _Spec, none: bool = False, most: int | None = None) -> None:
+        self.item, self.none, self.most = item, none, most
 
     def error(self, v: Any) -> str | None:
         if v is None and self.none:
             return None
         if not isinstance(v, list):
             return T(list).error(v)
+        if self.most is not None and len(v) > self.most:
+            return f"holds {len(v)} items, over {self.most}"
         for i, x in enumerate(v):
             e = self.item.error(x)
             if e:
@@ -120,6 +128,8 @@ _N0 = T(float, _NONE)
 _I0 = T(int, _NONE)
 _RANK = T(int, _NONE, lo=0, hi=MAX_RANKS)
 _WORLD = T(int, _NONE, lo=1, hi=MAX_RANKS)
+#: A wall-clock time (unix seconds) a reader turns into a date: years 1970 to 5138.
+TIME = T(float, _NONE, lo=0, hi=MAX_UNIX)
 
 FINDING = Obj({
     "kind": _S0, "metric": _S0, "severity": _S0, "message": _S0, "culprit": _S0,
@@ -133,10 +143,17 @@ _GROUP = Obj({
     "bytes": _N0, "holder": _S0, "graph_nodes": _N0, "graph_bytes": _N0,
 })
 
+_FLOATS = DictOf(T(float, _NONE), none=True)
+# One rank's epoch-end summary in ranks.json (memwatch.runtime.exchange.rank_payload).
+_RANK_SUMMARY = Obj({
+    "rank": _RANK, "local_rank": _RANK, "host": _S0, "epoch": _I0, "step": _I0, "time": TIME,
+    "floor": _FLOATS, "peak": _FLOATS, "limits": _FLOATS, "findings": ListOf(FINDING, none=True),
+}, none=True)
+
 SCHEMAS: dict[str, _Spec] = {
     "manifest.json": Obj({
         "schema_version": T(int), "name": _S0, "memwatch_version": _S0, "created_utc": _S0,
-        "created_unix": _N0, "trigger": _S0, "reason": _S0,
+        "created_unix": TIME, "trigger": _S0, "reason": _S0,
         "classification": T(str, dict, _NONE), "exception_type": _S0, "pre_unwind": T(
             bool, _NONE), "host": _S0, "pid": _I0, "rank": _RANK, "local_rank": _RANK,
         "world_size": _WORLD, "job": Obj({"id": _S0, "source": _S0, "attempt": _I0},
@@ -154,7 +171,7 @@ SCHEMAS: dict[str, _Spec] = {
         "latest": DictOf(T(float, _NONE), none=True), "limits": DictOf(T(float, _NONE),
                                                                          none=True),
         "observer": DictOf(T(float, _NONE), none=True), "host_rss_at_write": _N0,
-        "address_space": DictOf(T(float, _NONE), none=True), "captured_at_unix": _N0,
+        "address_space": DictOf(T(float, _NONE), none=True), "captured_at_unix": TIME,
         "captured_on_thread": _S0, "capture_errors": T(dict, _NONE), "cgroup": T(dict, _NONE),
     }),
     "findings.json": ListOf(FINDING),
@@ -166,13 +183,15 @@ SCHEMAS: dict[str, _Spec] = {
     "allocator.json": Obj({"memory_stats": T(dict, _NONE), "segments_summary": T(dict, _NONE)}),
     "ranks.json": Obj({"world_size": _WORLD, "job": T(dict, _NONE), "epoch": _I0,
                        "missing": ListOf(T(int), none=True), "exchange_error": _S0,
-                       "summaries": ListOf(T(dict, _NONE), none=True)}),
+                       "summaries": ListOf(_RANK_SUMMARY, none=True)}),
 }
 # timeline.jsonl, one record per line
+#: An epoch summary (a timeline record, an export's epoch row).
+EPOCH = Obj({"epoch": _I0, "end_step": _I0, "start_step": _I0})
 _RECORDS: dict[str, _Spec] = {
-    "header": Obj({"keys": ListOf(T(str)), "samples": _I0, "wall_offset": _N0}),
+    "header": Obj({"keys": ListOf(T(str), most=MAX_KEYS), "samples": _I0, "wall_offset": _N0}),
     "sample": Obj({"step": T(int), "t": _N0}),
-    "epoch": Obj({"epoch": _I0, "end_step": _I0, "start_step": _I0}),
+    "epoch": EPOCH,
 }
 
 

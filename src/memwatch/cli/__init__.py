@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import re
 import sys
@@ -33,9 +34,13 @@ from memwatch.cli.run import RunCommand
 from memwatch.core.errors import MemwatchError
 from memwatch.core.untrusted import printable
 
-__all__ = ["COMMANDS", "main"]
+__all__ = ["CAUGHT_MALFORMED", "COMMANDS", "main"]
 
 COMMANDS: tuple[type[Command], ...] = (LsCommand, InspectCommand, ReportCommand, RunCommand)
+#: How many commands of this process ended in the last resort ("malformed input ... please
+#: report this"), by exception type: input the readers' own checks let through. Every reader
+#: refuses bad input itself; the fuzz tests assert this stays empty.
+CAUGHT_MALFORMED: collections.Counter[str] = collections.Counter()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -127,7 +132,9 @@ def _run(cmd: Command, args: argparse.Namespace) -> int:
     except (TypeError, ValueError, KeyError, AttributeError, IndexError, RecursionError,
             UnicodeError, OverflowError, ZeroDivisionError) as e:
         # The input files are the only thing a command reads: whatever they hold that the
-        # reader's checks let through is still bad input, said in one line.
+        # reader's checks let through is still bad input, said in one line. It is a bug of the
+        # readers all the same: counted, so that the fuzz tests can fail on it.
+        CAUGHT_MALFORMED[type(e).__name__] += 1
         print(f"memwatch {args.command}: error: malformed input ({type(e).__name__}: "
               f"{_one_line(str(e))[:300]}); if memwatch wrote it, please report this",
               file=sys.stderr)

@@ -3,74 +3,65 @@
 ``./memwatch`` is memwatch's default ``out_dir``, but a folder of that name is just as often
 something else (a clone of this repository): it is taken as the default only when it holds what a
 run writes there — a bundle (its ``manifest.json``, or a writer's ``.tmp-`` folder), the ``oom/``
-folder, a black box (``blackbox/``), or per-rank ``out_dir``s holding those.
+folder, a black box (``blackbox/``), or per-rank or per-node ``out_dir``s holding those
+(:func:`memwatch.report.gather.holds_output`).
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
+from collections.abc import Sequence
 from pathlib import Path
 
-from memwatch.bundle import OOM_SUBDIR, TMP_PREFIX, Bundle, find_bundles
-from memwatch.bundle.blackbox import BLACKBOX_SUBDIR
 from memwatch.core.errors import BundleError
-from memwatch.report.jobs import group_jobs
+from memwatch.report.gather import gather, holds_output, is_bundle
+from memwatch.report.jobs import Job, group_jobs
 
-__all__ = ["DEFAULT_OUT_DIR", "bundle_entries", "default_out_dir", "holds_output",
-           "is_output_dir", "non_negative_int", "pick_bundle"]
+__all__ = ["DEFAULT_OUT_DIR", "choose_job", "default_out_dir", "holds_output", "is_output_dir",
+           "joined", "non_negative_int", "pick_bundle"]
 
 #: ``MemWatch(out_dir=...)``'s default, relative to the working directory.
 DEFAULT_OUT_DIR = "memwatch"
 
 
-def _is_bundle(d: Path) -> bool:
-    return d.name.startswith(TMP_PREFIX) or (d / "manifest.json").is_file()
-
-
-def _is_out_dir(d: Path) -> bool:
-    return (d / OOM_SUBDIR).is_dir() or (d / BLACKBOX_SUBDIR).is_dir()
-
-
-def holds_output(d: Path) -> bool:
-    """Whether ``d`` is (or holds) memwatch output: a bundle, an ``out_dir`` with ``oom/`` or
-    ``blackbox/``, an ``oom/`` folder of bundles, or a folder of per-rank ``out_dir``s."""
-    try:
-        if not d.is_dir():
-            return False
-        if _is_bundle(d) or _is_out_dir(d):
-            return True
-        return any(c.is_dir() and (_is_bundle(c) or _is_out_dir(c)) for c in d.iterdir())
-    except OSError:
-        return False
-
-
-def bundle_entries(d: Path) -> list[tuple[Path, Bundle | BundleError]]:
-    """``find_bundles(d)`` without what an ``out_dir`` holds beside its bundles: its
-    ``blackbox/`` folder, or a rank's ``out_dir`` with a black box and no ``oom/`` yet, are not
-    broken bundles."""
-    return [(p, b) for p, b in find_bundles(d) if isinstance(b, Bundle)
-            or not (p.name == BLACKBOX_SUBDIR or _is_out_dir(p))]
+def joined(paths: Sequence[str | Path]) -> str:
+    """The paths as a command line takes them (for the hints the commands print)."""
+    return " ".join(shlex.quote(str(p)) for p in paths)
 
 
 def is_output_dir(d: Path) -> bool:
     """A folder of bundles (an ``out_dir``, its ``oom/``, per-rank ``out_dir``s), not a bundle."""
-    return d.is_dir() and not _is_bundle(d) and holds_output(d)
+    return d.is_dir() and not is_bundle(d) and holds_output(d)
 
 
-def pick_bundle(d: Path) -> tuple[Path, str]:
-    """The bundle a command shows for the folder ``d``, and one line saying which and why: the
-    first failure of the newest distributed job when there is one, else the newest bundle."""
-    entries = bundle_entries(d)
+def choose_job(jobs: Sequence[Job], want: str | None, where: str) -> Job | None:
+    """The job ``--job`` names (a one-line error, exit 2, when there is none of that id), else
+    the newest; None when there is no job and none was asked for."""
+    if want is None:
+        return jobs[-1] if jobs else None
+    picked = [j for j in jobs if want in (j.id, j.label)]
+    if not picked:
+        known = ", ".join(j.label for j in jobs) or "none"
+        raise BundleError(f"{where}: no job {want!r} (jobs there: {known})")
+    return picked[0]
+
+
+def pick_bundle(paths: Sequence[str | Path]) -> tuple[Path, str]:
+    """The bundle a command shows for the folders ``paths``, and one line saying which and why:
+    the first failure of the newest distributed job when there is one, else the newest bundle."""
+    where = joined(paths)
+    entries = gather(paths).entries
     good = [path for path, b in entries if not isinstance(b, BundleError)]
     if not good:
-        raise BundleError(f"{d}: no readable bundle here (`memwatch ls {d}` says why)")
+        raise BundleError(f"{where}: no readable bundle here (`memwatch ls {where}` says why)")
     jobs, _ = group_jobs(entries)
     if jobs:
         first = jobs[-1].first_failure()
-        return first.path, (f"memwatch: {len(good)} bundle(s) under {d}; shown: job "
+        return first.path, (f"memwatch: {len(good)} bundle(s) under {where}; shown: job "
                             f"{jobs[-1].label}, rank {first.rank} ({first.trigger}), {first.path}")
-    return good[-1], (f"memwatch: {len(good)} bundle(s) under {d}; shown: the newest, {good[-1]} "
-                      f"(`memwatch ls {d}` lists them)")
+    return good[-1], (f"memwatch: {len(good)} bundle(s) under {where}; shown: the newest, "
+                      f"{good[-1]} (`memwatch ls {where}` lists them)")
 
 
 def default_out_dir(command: str) -> str:

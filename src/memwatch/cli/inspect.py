@@ -7,11 +7,13 @@ BUNDLE: what ran out, how full memory was, the largest live tensors and what hel
 analyzer's findings, the allocator's segments (from the snapshot, read with a restricted unpickler
 that never runs code) and the last minutes of the timeline.
 
-DIR (an output directory): for the bundles of several ranks of one job, as ``memwatch ls``
-groups them, which rank failed first, when and why, and every rank's memory at that moment (the
-last sample each rank's own bundle holds from before it; for a rank without a bundle, its peaks at
-the last epoch end as rank 0 recorded them). With several jobs under DIR the newest is shown;
-``--job ID`` picks another. A folder of single-process bundles shows its newest bundle.
+DIR (an output directory; several DIRs, such as the out_dirs of a job's nodes, are read as one):
+for the bundles of several ranks of one job, as ``memwatch ls`` groups them, which rank failed
+first, on which host, when and why, and every rank's memory at that moment (the last sample each
+rank's own bundle holds from before it; for a rank without a bundle, its peaks at the last epoch
+end as rank 0 recorded them); ranks whose collective failed because that rank died are said to
+be so. With several jobs under DIR the newest is shown; ``--job ID`` picks another. A folder of
+single-process bundles shows its newest bundle.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from memwatch.bundle import open_bundle
 from memwatch.bundle.blackbox import BLACKBOX_SUBDIR, ENDED_SUBDIR, judge, read_record, summary_line
 from memwatch.bundle.documents import segments_summary
 from memwatch.cli._base import Command
-from memwatch.cli._paths import bundle_entries, is_output_dir, non_negative_int
+from memwatch.cli._paths import choose_job, is_output_dir, joined, non_negative_int
 from memwatch.core.errors import BundleError, MemwatchError
 from memwatch.core.units import fmt_bytes
+from memwatch.report.gather import gather
 from memwatch.report.jobs import compare, group_jobs, render_comparison
 from memwatch.report.summary import summarize
 from memwatch.report.terminal import print_summary
@@ -39,8 +42,9 @@ class InspectCommand(Command):
     name = "inspect"
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("bundle", metavar="BUNDLE|DIR",
-                            help="a bundle directory, or a directory of several ranks' bundles")
+        parser.add_argument("paths", nargs="+", metavar="BUNDLE|DIR",
+                            help="a bundle directory, or a directory of several ranks' bundles; "
+                                 "several DIRs (the out_dirs of a job's nodes) are read as one")
         parser.add_argument("--job", metavar="ID",
                             help="with DIR: the job to compare (an id `memwatch ls DIR` shows)")
         parser.add_argument("--rows", type=non_negative_int, default=12,
@@ -50,12 +54,15 @@ class InspectCommand(Command):
                                  "installed, plain text otherwise")
 
     def run(self, args: argparse.Namespace) -> int:
-        p = Path(args.bundle)
+        paths = [Path(x) for x in args.paths]
+        if len(paths) > 1:
+            return self._dir(paths, args)
+        p = paths[0]
         if p.is_file() and p.suffix == ".json" and p.parent.name in (BLACKBOX_SUBDIR,
                                                                       ENDED_SUBDIR):
             return _blackbox(p, args.rows)
         if is_output_dir(p):
-            return self._dir(p, args)
+            return self._dir(paths, args)
         if args.job:
             raise BundleError(f"--job is for a directory of bundles; {p} is one bundle")
         return self._one(p, args)
@@ -77,19 +84,12 @@ class InspectCommand(Command):
             raise MemwatchError(str(e)) from None
         return 0
 
-    def _dir(self, d: Path, args: argparse.Namespace) -> int:
+    def _dir(self, paths: list[Path], args: argparse.Namespace) -> int:
         want: str | None = args.job
-        entries = bundle_entries(d)
-        jobs, rest = group_jobs(entries)
-        if want is not None:
-            picked = [j for j in jobs if j.id == want or j.label == want]
-            if not picked:
-                known = ", ".join(j.label for j in jobs) or "none"
-                raise BundleError(f"{d}: no job {want!r} (jobs there: {known})")
-            job = picked[0]
-        elif jobs:
-            job = jobs[-1]
-        else:
+        d = joined(paths)
+        jobs, rest = group_jobs(gather(paths).entries)
+        job = choose_job(jobs, want, d)
+        if job is None:
             good = [path for path, b in rest if not isinstance(b, BundleError)]
             if not good:
                 raise BundleError(f"{d}: no readable bundle here (`memwatch ls {d}` says why)")
@@ -126,7 +126,7 @@ def _blackbox(path: Path, rows: int) -> int:
         for s in samples[-rows:]:
             vals = s.get("values") or {}
             cells = " ".join(f"{fmt_bytes(vals[c]) if c in vals else '-':>19}" for c in cols)
-            print(f"  {float(s.get('t') or 0.0) - t_end:>8.1f} {s.get('step'):>8} {cells}")
+            print(f"  {float(s.get('t') or 0.0) - t_end:>8.1f} {s.get('step')!s:>8} {cells}")
     findings = doc.get("findings") or []
     print(f"\nFindings ({len(findings)}):" if findings else "\nNo findings.")
     for f in findings:

@@ -137,7 +137,14 @@ class Costs:
         return self.spent() + seconds <= max(self.budget * self.elapsed(), self.floor_s)
 
     def snapshot(self) -> dict[str, float]:
-        """Seconds by part, plus ``total`` and the run's ``elapsed`` wall time."""
+        """Seconds memwatch's own work off the hot path took so far, by part (``census``,
+        ``attribution``, ``verdicts``, ``tracemalloc``, ``background reads``, ``slow refresh``
+        (the slow reads a unit starts with, at its first step), ``black box``, ``sinks``,
+        ``start``), with their ``total`` and the run's ``elapsed`` wall time since ``start()``.
+        Background parts are the sampler thread's CPU time; the others the training thread's
+        wall time. The optional part of that work (a census the series only hints at,
+        background passes more often than their cost allows) stays within 1% of the run: see
+        ``docs/benchmarks.md``."""
         out = dict(self.seconds)
         out["total"] = self.spent()
         out["elapsed"] = self.elapsed()

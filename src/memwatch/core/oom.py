@@ -3,8 +3,10 @@
 Classes: ``cuda_oom`` (``torch.OutOfMemoryError``, "CUDA/HIP out of memory", and
 :class:`memwatch.testing.FakeDevice`'s imitation), ``mps_oom`` ("MPS backend out of memory"),
 ``host_oom`` (``MemoryError``, the CPU allocator's "DefaultCPUAllocator: can't allocate memory",
-``OSError`` ENOMEM such as a failed ``fork()`` of a DataLoader worker)
-and ``other``. The cause/context chain is searched too: frameworks often wrap an OOM.
+``OSError`` ENOMEM such as a failed ``fork()`` of a DataLoader worker), ``peer_failure`` (a
+collective of a distributed job that failed because another rank died or never came:
+:mod:`memwatch.core.collective`; an OOM in the chain wins over it) and ``other``. The
+cause/context chain is searched too: frameworks often wrap an OOM.
 
 A DataLoader worker killed by the kernel's OOM killer raises no OOM error at all: the loop sees
 the worker die ("DataLoader worker (pid N) is killed by signal: Killed.", "... exited
@@ -30,10 +32,15 @@ import errno
 import re
 from typing import Any
 
-__all__ = ["OOM_KINDS", "Classification", "classify", "parse_oom_message", "worker_death"]
+from memwatch.core.collective import peer_failure
+
+__all__ = ["OOM_KINDS", "PEER_FAILURE", "Classification", "classify", "parse_oom_message",
+           "worker_death"]
 
 OOM_KINDS: tuple[str, ...] = ("cuda_oom", "host_oom", "mps_oom")
-KINDS: tuple[str, ...] = (*OOM_KINDS, "other")
+#: A collective failed because another rank died: a consequence, whose story is on that rank.
+PEER_FAILURE = "peer_failure"
+KINDS: tuple[str, ...] = (*OOM_KINDS, PEER_FAILURE, "other")
 
 # torch's format_size prints binary units; the MPS message labels them GB/MB but means GiB/MiB.
 _UNITS = {
@@ -185,4 +192,7 @@ def classify(exc: BaseException, kernel_oom_kills: int = 0) -> Classification:
             except Exception:  # noqa: BLE001 - a weird __str__ must not break classification
                 numbers = {}
             return Classification(kind, e, numbers)
+    peer = peer_failure(exc)
+    if peer is not None:
+        return Classification(PEER_FAILURE, peer, {})
     return Classification("other", exc, {})

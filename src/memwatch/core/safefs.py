@@ -9,7 +9,7 @@ file memwatch creates goes through this module:
 * **files** are created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` relative to a directory file
   descriptor, mode 0600 (0640 with ``share="group"``), under a random temporary name, and renamed
   into place (``os.replace`` replaces a planted symlink, it never writes through it);
-* **reads** of files someone else may have made (bundles, black-box records) open with
+* **reads** of files someone else may have made (bundles, black-box records, exports) open with
   ``O_NOFOLLOW | O_NONBLOCK``, accept regular files only (a FIFO or ``/dev/zero`` is refused,
   never read) and stop at a size cap.
 
@@ -45,7 +45,8 @@ from typing import BinaryIO
 from memwatch.core.errors import ConfigError, UnsafePathError
 
 __all__ = ["PSEUDO_FS", "SHARES", "Modes", "check_dir_stat", "check_out_dir", "create_file",
-           "ensure_dir", "modes", "open_append", "open_dir", "read_bounded", "write_atomic"]
+           "ensure_dir", "modes", "open_append", "open_dir", "open_regular", "read_bounded",
+           "write_atomic"]
 
 log = logging.getLogger("memwatch")
 
@@ -314,12 +315,10 @@ def open_append(path: str | os.PathLike[str], share: str = "private") -> int:
     return fd
 
 
-def read_bounded(path: str | os.PathLike[str], max_bytes: int,
-                 dir_fd: int | None = None) -> bytes:
-    """The bytes of a regular file, at most ``max_bytes`` of them; never follows a symlink as
-    the last component, never blocks on a FIFO, never reads a device. Raises
-    :class:`UnsafePathError` for a symlink, something that is not a regular file, or a file over
-    the cap (the message says which), ``OSError`` when it cannot be read."""
+def open_regular(path: str | os.PathLike[str], dir_fd: int | None = None) -> int:
+    """A read-only descriptor of a regular file someone else may have made: never through a
+    symlink as the last component, never blocking on a FIFO, never a device or a directory
+    (:class:`UnsafePathError` says which); ``OSError`` when it cannot be opened."""
     p = os.fspath(path)
     try:
         fd = os.open(p, os.O_RDONLY | _O_NOFOLLOW | _O_NONBLOCK | _O_CLOEXEC, dir_fd=dir_fd)
@@ -328,9 +327,24 @@ def read_bounded(path: str | os.PathLike[str], max_bytes: int,
             raise UnsafePathError(f"{p} is a symlink (not followed)") from None
         raise
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise UnsafePathError(f"{p} is not a regular file (not read)")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_bounded(path: str | os.PathLike[str], max_bytes: int,
+                 dir_fd: int | None = None) -> bytes:
+    """The bytes of a regular file, at most ``max_bytes`` of them, opened by
+    :func:`open_regular`. Raises :class:`UnsafePathError` for a symlink, something that is not
+    a regular file, or a file over the cap (the message says which), ``OSError`` when it cannot
+    be read."""
+    p = os.fspath(path)
+    fd = open_regular(p, dir_fd)
+    try:
+        st = os.fstat(fd)
         if st.st_size > max_bytes:
             raise UnsafePathError(f"{p} is {st.st_size} bytes, over the {max_bytes}-byte cap "
                                   "for this file (not read)")

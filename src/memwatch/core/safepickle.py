@@ -80,7 +80,8 @@ def loads(data: bytes) -> Any:
     except UnsafePickleError:
         raise
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError,
-            AttributeError, MemoryError, RecursionError, UnicodeDecodeError) as e:
+            AttributeError, MemoryError, RecursionError, UnicodeDecodeError,
+            OverflowError) as e:  # OverflowError: a FRAME or length opcode of 2**63 bytes
         raise UnsafePickleError(f"snapshot pickle is truncated or corrupted ({e})") from None
     _check_graph(obj)
     return obj

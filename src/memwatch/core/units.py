@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from memwatch.core.untrusted import number
+
 KIB = 1 << 10
 MIB = 1 << 20
 GIB = 1 << 30
@@ -11,10 +13,11 @@ GIB = 1 << 30
 
 def fmt_bytes(n: float | None) -> str:
     """Human-readable binary size: ``fmt_bytes(3 * 2**20) == '3.0 MiB'``."""
-    if n is None or (isinstance(n, float) and math.isnan(n)):
+    v = number(n)  # also: a value read from someone's file that is no finite number
+    if v is None:
         return "n/a"
-    sign = "-" if n < 0 else ""
-    v = abs(float(n))
+    sign = "-" if v < 0 else ""
+    v = abs(v)
     for unit, size in (("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
         if v >= size:
             return f"{sign}{v / size:.1f} {unit}"

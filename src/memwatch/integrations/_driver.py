@@ -18,7 +18,6 @@ Nothing here imports a framework, and nothing raises into the training loop afte
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import warnings
@@ -31,16 +30,19 @@ from memwatch.bundle.paths import per_rank
 from memwatch.core.errors import ConfigError, MemWatchWarning
 from memwatch.core.findings import Finding
 from memwatch.core.metrics import PREFIX
+from memwatch.integrations._findings import AdapterFindings
 from memwatch.integrations._framework import check_log_every, device_spec, own_arguments
+from memwatch.integrations._recovered import RecoveredOOMs
 from memwatch.integrations._state import (
     ADAPTER_STATE_VERSION,
     STATE_FILE,
     RestoredState,
     read_adapter_state,
+    read_state_file,
+    write_state_file,
 )
-from memwatch.runtime.dispatch import FindingsTap, SinkSet
-from memwatch.runtime.resume import plain
-from memwatch.runtime.warn import FindingWarner, user_stacklevel
+from memwatch.runtime.dispatch import SinkSet
+from memwatch.runtime.warn import user_stacklevel
 from memwatch.session import MemWatch, WatchConfig
 from memwatch.session.options import check_names
 
@@ -55,7 +57,6 @@ log = logging.getLogger("memwatch")
 GRACEFUL_STOP_WATCHDOG: dict[str, Any] = {"on_critical": ("alert", "bundle", "stop"),
                                           "on_forecast": ("alert", "stop")}
 _MAX_FINDINGS = 1000
-_MAX_RECOVERED = 100
 
 
 class Driver:
@@ -85,10 +86,8 @@ class Driver:
             check_log_every(*log_every)
         #: The adapter's own logging cadence, the sinks' default (None: the framework's).
         self.log_every_n_steps: int | None = log_every[0] if log_every is not None else None
-        if recovered_oom not in ("event", "bundle"):
-            raise ConfigError(
-                f"recovered_oom={recovered_oom!r}: use 'event' (no bundle) or 'bundle' (one "
-                "bundle for the first OOM a batch-size finder recovered from).")
+        #: OOMs a batch-size finder recovered from.
+        self.ooms = RecoveredOOMs(recovered_oom)
         if given is not None and options:
             raise ConfigError(f"{who} got memwatch=... and MemWatch options {sorted(options)}; "
                               "configure the MemWatch you pass instead.")
@@ -103,32 +102,24 @@ class Driver:
             options["watchdog"] = dict(GRACEFUL_STOP_WATCHDOG)
         WatchConfig(**{"device": "cpu", **options})
         self.who, self.given, self.options = who, given, options
-        self.warn, self.watch_eval = bool(warn), bool(watch_eval)
-        self.graceful_stop, self.recovered_oom_mode = bool(graceful_stop), recovered_oom
-        self.stage_labels = {"val": "val loop", "test": "test loop", "predict": "predict loop",
-                             **(stage_labels or {})}
+        self.watch_eval = bool(watch_eval)
+        self.graceful_stop = bool(graceful_stop)
         #: The user's sinks and the framework's loggers: one fan-out, one failure rule.
         self.sinks = given.sinks if given is not None else SinkSet(options.pop("sinks", None))
-        # Every check of every session of this adapter (epoch ends, and checks inside epochs,
-        # which happen inside mw.step()) reports its findings here.
-        self._fresh: list[tuple[str, str, Finding | None]] = []
-        self.sinks.add(FindingsTap(self._fresh))
+        #: What every check of this adapter's sessions found, kept and told once.
+        self.told = AdapterFindings(self.sinks, warn=warn, stage_labels=stage_labels)
         self._loggers: list[Any] = []
         self.memwatch: MemWatch | None = None
         self.eval_memwatch: dict[str, MemWatch] = {}
-        self.findings: list[Finding] = []
         self.bundle_path: Path | None = None
-        self.recovered_ooms: list[dict[str, Any]] = []
         self.stopped_by_memwatch = False
         self.stop_reason: str | None = None
-        self.warner = FindingWarner()
         self.device: Any = "cpu"
         self.out_dir = "memwatch"
         self.rank = 0
         self.world_size = 1
         self._given_used = False
         self._pending_state: RestoredState | None = None
-        self._ooms_seen: float | None = None
 
     # ------------------------------------------------------------------ configuration
     def configure(self, device: Any, root: str | os.PathLike[str] | None, world_size: int = 1,
@@ -136,6 +127,7 @@ class Driver:
         """The framework's defaults: the device it trains on and its output folder
         (``<root>/memwatch``, ``.../rank<N>`` when several processes train)."""
         self.world_size, self.rank = max(int(world_size or 1), 1), int(rank or 0)
+        self.told.rank_label = f" [rank {self.rank}]" if self.world_size > 1 else ""
         self.device = self.options.get("device", device_spec(device))
         given = self.options.get("out_dir")
         if given is not None:
@@ -190,7 +182,7 @@ class Driver:
             self.memwatch = None
             return None
         self.memwatch = mw
-        self._ooms_seen = self.device_ooms()
+        self.ooms.baseline(mw)
         self.set_total_steps(total_steps, steps_per_epoch)
         if self._pending_state is not None:
             self._restore(self._pending_state)
@@ -208,8 +200,8 @@ class Driver:
         mw = self.memwatch
         if mw is not None:
             mw.step()
-            if self._fresh:  # a check ran inside the epoch
-                self._take_fresh()
+            if self.told.pending:  # a check ran inside the epoch
+                self.told.take()
 
     def wants_stop(self) -> bool:
         """The watchdog asked this process to stop and the adapter has not stopped yet."""
@@ -241,27 +233,12 @@ class Driver:
         train = self.memwatch
         if stage != "train" and train is not None and train.running:
             train.boundary(stage, check=not epoch_end_follows)
-        return self._take_fresh()
+        return self.told.take()
 
-    def _take_fresh(self) -> list[Finding]:
-        """The findings the checks reported since last time: kept, and warned about (outside
-        the sinks' dispatch: a warnings filter set to "error" is the user's to see)."""
-        fresh, self._fresh[:] = list(self._fresh), []
-        new = [f for _, _, f in fresh if f is not None]
-        self.findings.extend(new)
-        del self.findings[:-_MAX_FINDINGS]  # bounded, like the session's own list
-        # Threats are warned about (warn=True); every new leak, whatever its severity, reaches
-        # the console once (runtime/warn.py); other info findings stay silent, so a clean run
-        # is quiet. A session the user passed, which warns itself, said its own already.
-        for at, stage, f in fresh:
-            if f is None:  # a check's end: a notice that waited a check for its holder
-                self.warner.end_check(at, stage)
-                continue
-            labels = f" [rank {self.rank}]" if self.world_size > 1 else ""
-            if f.stage != "train":
-                labels += f" [{self.stage_labels.get(f.stage, f.stage)}]"
-            self.warner.tell([f], labels, warn=self.warn, at=at)
-        return new
+    @property
+    def findings(self) -> list[Finding]:
+        """Every finding of every session so far (the latest 1,000)."""
+        return self.told.kept
 
     def eval_start(self, stage: str) -> MemWatch | None:
         """A session of its own for an evaluation loop (kept across its runs)."""
@@ -327,14 +304,6 @@ class Driver:
             log.warning("memwatch: could not record the failure (%s: %s)", type(e).__name__, e)
             return None
 
-    def device_ooms(self) -> float | None:
-        """The device's out-of-memory counter now (None without a device that counts them)."""
-        mw = self.memwatch
-        dev = mw.device if mw is not None else None
-        if dev is None or "device.ooms" not in dev.fast_keys:
-            return None
-        return float(dev.read_fast()[list(dev.fast_keys).index("device.ooms")])
-
     def recovered_oom(self, *, ooms: int | None = None, failed_batch_size: int | None = None,
                       new_batch_size: int | None = None, restart: bool = False,
                       batch_key: str | None = None) -> dict[str, Any]:
@@ -347,46 +316,23 @@ class Driver:
         ``restart``: the failed attempt's sessions close and the next attempt starts fresh (its
         samples describe another batch size). Logs ``memwatch/recovered_ooms`` (and the new
         batch size under ``batch_key``)."""
-        mw = self.memwatch
-        if ooms is None:
-            now = self.device_ooms()
-            before, self._ooms_seen = self._ooms_seen, now
-            ooms = int(now - before) if now is not None and before is not None \
-                and now - before >= 1 else 1
-        size = failed_batch_size if failed_batch_size is not None else new_batch_size
-        event: dict[str, Any] = {
-            "attempt": len(self.recovered_ooms) + 1, "step": mw.step_count if mw else None,
-            "ooms": int(ooms), "batch_size": size, "failed_batch_size": failed_batch_size,
-            "new_batch_size": new_batch_size, "tried_to_allocate": None, "bundle": None}
-        try:
-            rec = mw.recorder if mw is not None else None
-            cap = rec.take_pending() if rec is not None else None
-            if cap is not None and cap.observer:
-                event["tried_to_allocate"] = cap.observer.get("tried_to_allocate")
-            if rec is not None and cap is not None and self.recovered_oom_mode == "bundle" \
-                    and not any(e["bundle"] for e in self.recovered_ooms):
-                path = rec.write_recovered(dataclasses.replace(cap, snapshot=None), (
-                    f"out of memory at batch size {size}; recovered by the batch-size finder, "
-                    "which retried with a smaller batch"))
-                event["bundle"] = None if path is None else str(path)
-        except Exception as e:  # noqa: BLE001
-            log.warning("memwatch: could not record the recovered OOM (%s: %s)",
-                        type(e).__name__, e)
-        self.recovered_ooms.append(event)
-        del self.recovered_ooms[:-_MAX_RECOVERED]
-        log.info("memwatch: %d out-of-memory error(s) at batch size %s recovered by a "
-                 "batch-size finder (no bundle written)", ooms, size)
+        event = self.ooms.record(self.memwatch, ooms=ooms, failed_batch_size=failed_batch_size,
+                                 new_batch_size=new_batch_size)
         if restart:
             self.reset()
-        values = {f"{PREFIX}/recovered_ooms": float(self.recovered_oom_count)}
+        values = {f"{PREFIX}/recovered_ooms": float(self.ooms.count)}
         if batch_key is not None and new_batch_size is not None:
             values[f"{PREFIX}/{batch_key}"] = float(new_batch_size)
         self.log(values)
         return event
 
     @property
+    def recovered_ooms(self) -> list[dict[str, Any]]:
+        return self.ooms.events
+
+    @property
     def recovered_oom_count(self) -> int:
-        return sum(int(e["ooms"]) for e in self.recovered_ooms)
+        return self.ooms.count
 
     def has_pending_oom(self) -> bool:
         """An OOM was captured before the unwind and nobody claimed it yet."""
@@ -398,8 +344,7 @@ class Driver:
         for mw in [self.memwatch, *self.eval_memwatch.values()]:
             if mw is not None:
                 mw.close()
-        self._take_fresh()  # what the closing checks found; waiting notices said
-        self.warner.flush()
+        self.told.close()  # what the closing checks found; waiting notices said
         self.sinks.close()
 
     def reset(self) -> None:
@@ -415,8 +360,7 @@ class Driver:
         state: dict[str, Any] = {"version": ADAPTER_STATE_VERSION, "rank": self.rank,
                                  "findings": [], "warned": []}
         try:
-            state["findings"] = [plain(f.to_dict()) for f in self.findings]
-            state["warned"] = [list(k) for k in sorted(self.warner.warned)]
+            state.update(self.told.state())
         except Exception as e:  # noqa: BLE001 - a checkpoint must not fail because of memwatch
             log.warning("memwatch: findings not saved with the checkpoint (%s: %s)",
                         type(e).__name__, e)
@@ -434,8 +378,7 @@ class Driver:
             log.info("memwatch: checkpoint state of rank %s not loaded on rank %d",
                      restored.rank, self.rank)
             return
-        self.findings = restored.findings
-        self.warner.warned = restored.warned
+        self.told.restore(restored.findings, restored.warned)
         if self.memwatch is not None and self.memwatch.running:
             self._restore(restored)
         else:
@@ -454,19 +397,10 @@ class Driver:
         return [save(lambda *a: self.save_state_file(a[-1])),
                 load(lambda *a: self.load_state_file(a[-1]))]
 
-    def state_path(self, folder: str | os.PathLike[str]) -> str:
-        name = STATE_FILE if self.rank == 0 else STATE_FILE.replace(".json",
-                                                                    f"-rank{self.rank}.json")
-        return os.path.join(os.fspath(folder), name)
-
     def save_state_file(self, folder: str | os.PathLike[str]) -> None:
         """Write this process's state into a checkpoint folder (atomically). Never raises."""
         try:
-            path = self.state_path(folder)
-            tmp = path + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(self.state_dict(), f, allow_nan=False)
-            os.replace(tmp, path)
+            write_state_file(folder, self.rank, self.state_dict())
         except Exception as e:  # noqa: BLE001 - a checkpoint must not fail because of memwatch
             log.warning("memwatch: could not save its state with the checkpoint (%s: %s)",
                         type(e).__name__, e)
@@ -474,13 +408,12 @@ class Driver:
     def load_state_file(self, folder: str | os.PathLike[str]) -> None:
         """Read this process's state from a checkpoint folder, if it has one. Never raises."""
         try:
-            path = self.state_path(folder)
-            if not os.path.isfile(path):
+            state = read_state_file(folder, self.rank)
+            if state is None:
                 log.info("memwatch: %s has no memwatch state; the analysis starts fresh",
                          folder)
                 return
-            with open(path, encoding="utf-8") as f:
-                self.load_state_dict(json.load(f))
+            self.load_state_dict(state)
         except Exception as e:  # noqa: BLE001 - a bad state must not stop the resumed run
             log.warning("memwatch: could not read its state from the checkpoint (%s: %s); the "
                         "analysis starts fresh", type(e).__name__, e)

@@ -29,6 +29,7 @@ from memwatch.core.metrics import (
     to_log_metrics,
 )
 from memwatch.core.protocols import CheckReport
+from memwatch.sinks.base import NullSink
 
 log = logging.getLogger("memwatch")
 
@@ -64,8 +65,10 @@ def check_metrics(report: CheckReport, train_keys: bool = True) -> dict[str, flo
     return out
 
 
-class LoggerSink:
-    """A framework's logging path as a sink; subclasses implement :meth:`write`.
+class LoggerSink(NullSink):
+    """A framework's logging path as a sink; subclasses implement :meth:`write`. Bundles reach
+    the loggers through :meth:`on_failure_bundle` only; the framework owns its loggers (nothing
+    to close).
 
     Args:
         train: write training samples and training checks (False where a memwatch W&B sink
@@ -90,18 +93,12 @@ class LoggerSink:
             self.write_table([finding_row(f, report.stage) for f in report.findings],
                              report.step)
 
-    def on_bundle(self, path: Path, manifest: Mapping[str, Any]) -> None:
-        """Bundles reach the loggers through :meth:`on_failure_bundle` only."""
-
     def on_log(self, metrics: Mapping[str, float], step: int | None) -> None:
         if self.train:
             self.write(dict(metrics), step)
 
     def on_failure_bundle(self, path: Path) -> None:
         self.write_text(f"{PREFIX}/oom_bundle", str(path))
-
-    def close(self) -> None:
-        """The framework owns its loggers: nothing to close."""
 
     # ------------------------------------------------------------------ what subclasses say
     def write(self, metrics: dict[str, float], step: int | None) -> None:

@@ -1,16 +1,20 @@
-"""An adapter's state in a framework checkpoint: its layout, and reading it back (old layouts
-included). Writing it is :meth:`memwatch.integrations._driver.Driver.state_dict`."""
+"""An adapter's state in a framework checkpoint: its layout, reading it back (old layouts
+included), and the file it is kept in beside a framework's checkpoint. Making it is
+:meth:`memwatch.integrations._driver.Driver.state_dict`."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import os
 from typing import Any
 
 from memwatch.core.findings import Finding
 from memwatch.runtime.resume import STATE_VERSION
 
-__all__ = ["ADAPTER_STATE_VERSION", "STATE_FILE", "RestoredState", "read_adapter_state"]
+__all__ = ["ADAPTER_STATE_VERSION", "STATE_FILE", "RestoredState", "read_adapter_state",
+           "read_state_file", "state_path", "write_state_file"]
 
 log = logging.getLogger("memwatch")
 
@@ -59,3 +63,28 @@ def read_adapter_state(state: Any) -> RestoredState | None:
         log.warning("memwatch: checkpoint state not usable (%s: %s); starting fresh",
                     type(e).__name__, e)
         return None
+
+
+def state_path(folder: str | os.PathLike[str], rank: int) -> str:
+    """The state file of ``rank`` in a checkpoint folder (:data:`STATE_FILE`, ``-rank<N>`` for
+    ranks other than 0)."""
+    name = STATE_FILE if rank == 0 else STATE_FILE.replace(".json", f"-rank{rank}.json")
+    return os.path.join(os.fspath(folder), name)
+
+
+def write_state_file(folder: str | os.PathLike[str], rank: int, state: dict[str, Any]) -> None:
+    """Write ``state`` as ``rank``'s state file in ``folder``, atomically."""
+    path = state_path(folder, rank)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(state, f, allow_nan=False)
+    os.replace(tmp, path)
+
+
+def read_state_file(folder: str | os.PathLike[str], rank: int) -> Any:
+    """``rank``'s state from its file in ``folder``; None when the folder has none."""
+    path = state_path(folder, rank)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)

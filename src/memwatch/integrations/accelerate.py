@@ -24,14 +24,12 @@ on); ``memwatch/findings_table`` for the trackers that take tables.
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 from memwatch.core.errors import MemWatchWarning
-from memwatch.core.optional import require
+from memwatch.integrations import _accelerate_loop as loop
 from memwatch.integrations import _adapter as ad
 from memwatch.integrations import _driver as drv
 from memwatch.integrations import _framework as fw
@@ -41,12 +39,6 @@ from memwatch.session import AdapterOptions, MemWatch, Unpack
 __all__ = ["STATE_FILE", "AccelerateHook", "MemWatchWarning", "attach"]
 
 STATE_FILE = drv.STATE_FILE
-_acc_memory = require("accelerate.utils.memory", extra="accelerate", who=__name__)
-AcceleratedOptimizer = require("accelerate.optimizer", extra="accelerate",
-                               who=__name__).AcceleratedOptimizer
-# find_executable_batch_size's retry loop is the nested function ``decorator`` of this file; its
-# frame (alive while the retried function runs) holds the current ``batch_size``.
-_FEBS_FILE = os.path.normcase(os.path.abspath(_acc_memory.__file__ or ""))
 # One hook per Accelerator: attaching again (typically inside a function that
 # find_executable_batch_size re-runs with a smaller batch) moves the hook to the new optimizer and
 # keeps its timeline, findings and OOM history. Values are weak too: a hook holds its
@@ -87,7 +79,7 @@ def attach(accelerator: Any, optimizer: Any = None, **options: Any) -> Accelerat
         (4, 1)
         >>> hook.detach()
     """
-    _check_accelerator(accelerator)
+    loop.check_accelerator(accelerator)
     ref = _HOOKS.get(accelerator)
     existing = ref() if ref is not None else None
     if existing is not None and existing.attached:
@@ -183,7 +175,7 @@ class AccelerateHook(ad.Adapter):
         graceful_stop: bool = False,
         **memwatch_options: Unpack[AdapterOptions],
     ) -> None:
-        _check_accelerator(accelerator)
+        loop.check_accelerator(accelerator)
         fw.check_choice("epochs", epochs, epochs in ("auto", "manual"), "use 'auto' (prepared "
                          "DataLoaders end epochs) or 'manual' (call hook.end_epoch())")
         fw.check_choice("checkpoint", checkpoint, checkpoint in ("file", "register", None),
@@ -198,7 +190,7 @@ class AccelerateHook(ad.Adapter):
         self._d.use_loggers([AccelerateLog(accelerator, step)])
         self.accelerator, self.step = accelerator, step
         self.epochs, self.checkpoint = epochs, checkpoint
-        self._torch_opt = _torch_optimizer(accelerator, optimizer)
+        self._torch_opt = loop.torch_optimizer(accelerator, optimizer)
         self._opt_handle: Any = None
         self._handles: list[Any] = []
         self.batch_size: int | None = None
@@ -241,7 +233,7 @@ class AccelerateHook(ad.Adapter):
 
     def watch_optimizer(self, optimizer: Any, force: bool = False) -> None:
         """Sample on ``optimizer``'s steps from now on instead (the hook on the old one goes)."""
-        opt = _torch_optimizer(self.accelerator, optimizer)
+        opt = loop.torch_optimizer(self.accelerator, optimizer)
         if opt is self._torch_opt and self._opt_handle is not None and not force:
             return
         if self._opt_handle is not None:
@@ -272,7 +264,7 @@ class AccelerateHook(ad.Adapter):
             self._looked_for_febs = True
             # Stepping again after an OOM inside find_executable_batch_size: it caught the OOM
             # (one per smaller batch tried: the device's counter says how many) and retried.
-            size = fw.from_caller_frames(_febs_batch_size, depth=200)
+            size = fw.from_caller_frames(loop.febs_batch_size, depth=200)
             self.batch_size = size if size is not None else self.batch_size
             if size is not None and self._d.has_pending_oom():
                 self._d.recovered_oom(new_batch_size=self.batch_size, batch_key="batch_size")
@@ -289,33 +281,3 @@ class AccelerateHook(ad.Adapter):
         # Found mid-pass (prepared after attach, seen at the first step of its pass): its
         # begin() already ran.
         return any(r is dl for r in self.accelerator.gradient_state.dataloader_references)
-
-
-# ---------------------------------------------------------------------- helpers
-def _check_accelerator(accelerator: Any) -> None:
-    fw.check_choice("accelerator", accelerator, hasattr(accelerator, "gradient_state"),
-                     "pass the accelerate.Accelerator your loop prepared its model and "
-                     "optimizer with")
-
-
-def _torch_optimizer(accelerator: Any, optimizer: Any) -> Any:
-    """The torch optimizer that really steps (an AcceleratedOptimizer does not take hooks)."""
-    prepared = list(getattr(accelerator, "_optimizers", []))
-    fw.check_choice("optimizer", optimizer, optimizer is not None or len(prepared) == 1,
-                    f"attach(accelerator) found {len(prepared)} prepared optimizers; pass the "
-                    "one that steps once per training step: attach(accelerator, optimizer)")
-    inner = optimizer if optimizer is not None else prepared[0]
-    while isinstance(inner, AcceleratedOptimizer):  # (DeepSpeed's wrapper sits inside it too)
-        inner = inner.optimizer
-    fw.check_choice("optimizer", optimizer, callable(getattr(inner, "register_step_post_hook",
-                                                              None)),
-                    "it has no register_step_post_hook(); pass a torch.optim optimizer "
-                    "(torch >= 2.0) or the AcceleratedOptimizer wrapping one")
-    return inner
-
-
-def _febs_batch_size(f: FrameType) -> int | None:
-    """The batch size find_executable_batch_size's retry loop runs with, if ``f`` is that loop."""
-    size = f.f_locals.get("batch_size") if f.f_code.co_name == "decorator" and \
-        os.path.normcase(f.f_code.co_filename) == _FEBS_FILE else None
-    return size if isinstance(size, int) else None

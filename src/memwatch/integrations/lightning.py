@@ -18,7 +18,7 @@ died.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:  # the current package name first, the old one second: the code is the same for both
     from lightning.pytorch.callbacks import Callback
@@ -31,12 +31,18 @@ except ImportError:  # pragma: no cover - depends on what is installed
             "pip install 'memwatch[lightning]'"
         ) from _e
 
+from memwatch.core.compat import override
 from memwatch.core.errors import MemWatchWarning
+from memwatch.integrations import _lightning_trainer as lt
 from memwatch.integrations._adapter import Adapter
 from memwatch.integrations._driver import Driver
 from memwatch.integrations._framework import check_log_every, guarded
 from memwatch.integrations._loggers import LightningLogger
 from memwatch.session import AdapterOptions, MemWatch, Unpack
+
+if TYPE_CHECKING:  # (either package's Trainer: the callback reads what both have)
+    from lightning.pytorch import LightningModule as Module
+    from lightning.pytorch import Trainer
 
 __all__ = ["MemWatchCallback", "MemWatchWarning"]
 
@@ -117,67 +123,80 @@ class MemWatchCallback(Adapter, Callback):
 
     # ------------------------------------------------------------------ hooks
     # Each hook is one line of translation; none of them may raise into the training loop.
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    # @override: a hook Lightning renames is a type error, not a callback that goes quiet.
+    @override
+    def setup(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         self._setup(trainer, stage)
 
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+    @override
+    def on_train_start(self, trainer: Trainer, pl_module: Module) -> None:
         self._last_global_step = trainer.global_step
-        self._d.set_total_steps(_planned_steps(trainer), _epoch_steps(trainer))
+        self._d.set_total_steps(lt.planned_steps(trainer), lt.epoch_steps(trainer))
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+    @override
+    def on_train_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         # Hot path: one property read and one comparison unless an optimizer step happened.
         gs = trainer.global_step
         if gs != self._last_global_step:  # not under gradient accumulation without a step
             self._last_global_step = gs
             self._d.step()
-            if self._d.graceful_stop and (_logger_step(trainer) + 1) % self._every == 0:
+            if self._d.graceful_stop and (lt.logger_step(trainer) + 1) % self._every == 0:
                 self._check_stop(trainer)
 
-    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+    @override
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
         self._d.end_epoch("train")
 
-    def on_validation_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+    @override
+    def on_validation_epoch_start(self, trainer: Trainer, pl_module: Module) -> None:
         if not trainer.sanity_checking:
             self._d.eval_start("val")
 
-    def on_validation_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+    @override
+    def on_validation_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any,
                                 batch_idx: int, dataloader_idx: int = 0) -> None:
         if not trainer.sanity_checking:
             self._d.eval_step("val")
 
-    def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+    @override
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
         if not trainer.sanity_checking:
-            self._d.end_epoch("val", epoch_end_follows=_epoch_end_follows(trainer))
+            self._d.end_epoch("val", epoch_end_follows=lt.epoch_end_follows(trainer))
 
-    def on_test_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+    @override
+    def on_test_epoch_start(self, trainer: Trainer, pl_module: Module) -> None:
         self._d.eval_start("test")
 
-    def on_test_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+    @override
+    def on_test_batch_end(self, trainer: Trainer, pl_module: Module, outputs: Any, batch: Any,
                           batch_idx: int, dataloader_idx: int = 0) -> None:
         self._d.eval_step("test")
 
-    def on_test_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+    @override
+    def on_test_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
         self._d.end_epoch("test")
 
-    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+    @override
+    def on_exception(self, trainer: Trainer, pl_module: Module, exception: BaseException) -> None:
         # Lightning calls this inside its `except` block: nothing may escape (the driver
         # never raises), and every session closes.
         self._d.handle_exception(exception)
         self._d.close()
 
-    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    @override
+    def teardown(self, trainer: Trainer, pl_module: Module, stage: str) -> None:
         self._d.close()
 
     # ------------------------------------------------------------------ translation
-    def _setup(self, trainer: Any, stage: str) -> None:
+    def _setup(self, trainer: Trainer, stage: str) -> None:
         d = self._d
-        d.configure(_root_device(trainer), getattr(trainer, "default_root_dir", None),
+        d.configure(lt.root_device(trainer), getattr(trainer, "default_root_dir", None),
                     getattr(trainer, "world_size", 1), getattr(trainer, "global_rank", 0))
         every = self.log_every_n_steps or getattr(trainer, "log_every_n_steps", 50) or 50
         self._every = max(int(every), 1)
         covered = self._wandb_covered(trainer) or set()
-        d.use_loggers([LightningLogger(lg, lambda: _logger_step(trainer),
+        d.use_loggers([LightningLogger(lg, lambda: lt.logger_step(trainer),
                                        train=id(lg) not in covered)
                        for lg in getattr(trainer, "loggers", ())])
         if stage != "fit":
@@ -190,7 +209,7 @@ class MemWatchCallback(Adapter, Callback):
             d.eval_start("val")
 
     @guarded("attaching the W&B sink")
-    def _wandb_covered(self, trainer: Any) -> set[int]:
+    def _wandb_covered(self, trainer: Trainer) -> set[int]:
         """Add a memwatch W&B sink on the trainer's WandbLogger run; the loggers it covers get
         no training keys from this callback (the sink writes them)."""
         loggers = [lg for lg in getattr(trainer, "loggers", ())
@@ -206,7 +225,7 @@ class MemWatchCallback(Adapter, Callback):
         return {id(lg) for lg in loggers}
 
     @guarded("the graceful stop")
-    def _check_stop(self, trainer: Any) -> None:
+    def _check_stop(self, trainer: Trainer) -> None:
         local = self._d.wants_stop()
         if getattr(trainer, "world_size", 1) > 1:
             # At the logging cadence every rank shares: one boolean reduce, so that every rank
@@ -220,44 +239,3 @@ class MemWatchCallback(Adapter, Callback):
         trainer.save_checkpoint(path)
         trainer.should_stop = True
         self._d.stopping(f"checkpoint saved to {path}")
-
-
-def _root_device(trainer: Any) -> Any:
-    try:
-        return trainer.strategy.root_device
-    except Exception:  # noqa: BLE001
-        return "cpu"
-
-
-def _epoch_end_follows(trainer: Any) -> bool:
-    """A validation at the end of a training epoch (its last batch done): the epoch's own check
-    follows it and reads what it kept."""
-    progress = getattr(getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None),
-                       "batch_progress", None)
-    return bool(getattr(progress, "is_last_batch", False))
-
-
-def _planned_steps(trainer: Any) -> Any:
-    """``max_steps`` when set, else Lightning's estimate of the run's optimizer steps."""
-    if trainer.max_steps and trainer.max_steps > 0:
-        return trainer.max_steps
-    try:
-        return trainer.estimated_stepping_batches
-    except Exception:  # noqa: BLE001 - the forecast horizon is optional
-        return None
-
-
-def _epoch_steps(trainer: Any) -> Any:
-    """Optimizer steps per training epoch (batches over gradient accumulation), when known."""
-    batches = getattr(trainer, "num_training_batches", None)
-    accumulate = max(int(getattr(trainer, "accumulate_grad_batches", 1) or 1), 1)
-    return None if batches is None else -(-batches // accumulate)
-
-
-def _logger_step(trainer: Any) -> int:
-    # Lightning logs its own metrics at `_batches_that_stepped`, which at on_train_batch_end is
-    # still one behind the optimizer step; using the same value keeps memwatch rows aligned with
-    # the loss in every logger.
-    loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
-    value = getattr(loop, "_batches_that_stepped", None)
-    return int(value) if isinstance(value, int) else max(int(trainer.global_step) - 1, 0)

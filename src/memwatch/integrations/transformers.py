@@ -42,33 +42,32 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from types import FrameType
 from typing import Any
 
 try:
-    from transformers import Trainer, TrainerCallback
-    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+    from transformers import TrainerCallback
+    from transformers import TrainerControl as Control
+    from transformers import TrainerState as State
+    from transformers import TrainingArguments as Args
 except ImportError as _e:  # pragma: no cover - depends on what is installed
     raise ImportError(
         "memwatch.integrations.transformers needs Hugging Face transformers; install it with "
         "pip install 'memwatch[transformers]'"
     ) from _e
 
+from memwatch.core.compat import override
 from memwatch.core.errors import ConfigError, MemWatchWarning
 from memwatch.core.metrics import PREFIX
 from memwatch.integrations import _adapter as ad
 from memwatch.integrations import _driver as drv
 from memwatch.integrations import _framework as fw
+from memwatch.integrations import _hf_trainer as hf
 from memwatch.integrations._loggers import TrainerLog
 from memwatch.session import AdapterOptions, MemWatch, Unpack
 
 __all__ = ["STATE_FILE", "MemWatchCallback", "MemWatchWarning", "watch_trainer"]
 
 STATE_FILE = drv.STATE_FILE
-
-_REPORTERS: tuple[type, ...] = tuple(
-    c for c in INTEGRATION_TO_CALLBACK.values() if isinstance(c, type))
 
 
 class MemWatchCallback(ad.Adapter, TrainerCallback):
@@ -153,11 +152,14 @@ class MemWatchCallback(ad.Adapter, TrainerCallback):
 
     # ------------------------------------------------------------------ hooks
     # Each hook is a line or two of translation; none of them may raise into the training loop.
-    def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    # @override: a hook transformers renames is a type error, not a callback that goes quiet.
+    @override
+    def on_init_end(self, args: Args, state: State, control: Control, **kwargs: Any) -> None:
         if self.trainer is None:
-            self.attach(_calling_trainer())
+            self.attach(hf.calling_trainer())
 
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    @override
+    def on_step_end(self, args: Args, state: State, control: Control, **kwargs: Any) -> None:
         # Hot path: called once per optimizer step (not per micro-batch under accumulation).
         self._d.step()
         if self._d.wants_stop():
@@ -166,32 +168,41 @@ class MemWatchCallback(ad.Adapter, TrainerCallback):
             control.should_save = control.should_training_stop = True
             self._d.stopping("the trainer saves a checkpoint first")
 
-    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    @override
+    def on_epoch_end(self, args: Args, state: State, control: Control, **kwargs: Any) -> None:
         self._d.end_epoch("train")
 
-    def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    @override
+    def on_prediction_step(self, args: Args, state: State, control: Control, **kwargs: Any) -> None:
         self._d.eval_start("val")
         self._d.eval_step("val")
 
-    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    @override
+    def on_evaluate(self, args: Args, state: State, control: Control, **kwargs: Any) -> None:
         self._d.end_epoch("val")
 
-    on_predict = on_evaluate  # type: ignore[assignment]  # judged like an evaluation
+    @override
+    def on_predict(self, args: Args, state: State, control: Control, metrics: Any = None,
+                   **kwargs: Any) -> None:
+        self._d.end_epoch("val")  # judged like an evaluation
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: Any = None,
+    @override
+    def on_log(self, args: Args, state: State, control: Control, logs: Any = None,
                **kwargs: Any) -> None:
         if isinstance(logs, dict):
             self._log.add_to_row(state, logs, self._d.memwatch)
 
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    @override
+    def on_train_end(self, args: Args, state: State, control: Control, **kwargs: Any) -> None:
         if self.recovered_ooms and self.train_batch_size is not None:
             self._d.log({f"{PREFIX}/recovered_ooms": float(len(self.recovered_ooms)),
                          f"{PREFIX}/train_batch_size": float(self.train_batch_size)})
         self.close()
 
-    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    @override
+    def on_save(self, args: Args, state: State, control: Control, **kwargs: Any) -> None:
         # After the trainer wrote checkpoint-<global_step>: this process's state goes next to it.
-        folder = _checkpoint(self.trainer, args, state.global_step)
+        folder = hf.checkpoint_folder(self.trainer, args, state.global_step)
         if self._d.memwatch is not None and os.path.isdir(folder):
             self._d.save_state_file(folder)
 
@@ -210,12 +221,7 @@ class MemWatchCallback(ad.Adapter, TrainerCallback):
         if args is not None:  # defaults for a failure before on_train_begin, too
             self._configure(args)
         cbs = trainer.callback_handler.callbacks
-        first = next((i for i, c in enumerate(cbs) if isinstance(c, _REPORTERS)), None)
-        if self in cbs and first is not None and cbs.index(self) > first:
-            # Reporting callbacks read `logs` in list order: memwatch must add its keys before
-            # they run. Only this callback moves; everybody else keeps their order.
-            cbs.remove(self)
-            cbs.insert(first, self)
+        hf.before_reporters(cbs, self)
         self._log.quiet_printers(cbs)  # the printed rows: one memwatch key (console=...)
 
     def close(self) -> None:
@@ -228,10 +234,11 @@ class MemWatchCallback(ad.Adapter, TrainerCallback):
         self._d.configure(args.device, getattr(args, "output_dir", None),
                           getattr(args, "world_size", 1), getattr(args, "process_index", 0))
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    @override
+    def on_train_begin(self, args: Args, state: State, control: Control, **kwargs: Any) -> None:
         # Again at every run: callbacks may have been added since __init__, and a callback may
         # be reused by another trainer.
-        self.attach(_calling_trainer() or self.trainer)
+        self.attach(hf.calling_trainer() or self.trainer)
         if self.trainer is None and not self._warned_order:
             self._warned_order = True
             fw.log.warning("memwatch: the Trainer was not found; memwatch keys reach log_history "
@@ -255,7 +262,8 @@ class MemWatchCallback(ad.Adapter, TrainerCallback):
         # Resumed from a checkpoint: the path train() was given (up the stack), else the
         # trainer's own naming of the step it resumed at.
         step = int(getattr(state, "global_step", 0) or 0)
-        folder = _resume_checkpoint() or (_checkpoint(self.trainer, args, step) if step else None)
+        folder = hf.resume_checkpoint() or (
+            hf.checkpoint_folder(self.trainer, args, step) if step else None)
         if folder is not None:
             self._d.load_state_file(folder)
         # The evaluation timeline starts with training: its buffers are then part of the first
@@ -306,32 +314,3 @@ def watch_trainer(trainer: Any, callback: MemWatchCallback | None = None,
     cb.attach(trainer)
     with fw.failures_recorded(cb):
         yield cb
-
-
-# ---------------------------------------------------------------------- helpers
-def _calling_trainer() -> Any:
-    """The ``Trainer`` whose event is being dispatched (``TrainerCallback`` events carry none;
-    the handler is called from a ``Trainer`` method a few frames up)."""
-    return fw.from_caller_frames(lambda f: f.f_locals.get("self") if isinstance(
-        f.f_locals.get("self"), Trainer) else None)
-
-
-def _resume_checkpoint() -> str | None:
-    """The checkpoint folder ``Trainer.train(resume_from_checkpoint=...)`` resumes from (the
-    training loop's argument, already resolved from ``True``)."""
-    def pick(f: FrameType) -> str | None:
-        value = f.f_locals.get("resume_from_checkpoint") \
-            if isinstance(f.f_locals.get("self"), Trainer) else None
-        return os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
-
-    return fw.from_caller_frames(pick)  # type: ignore[no-any-return]
-
-
-def _checkpoint(trainer: Any, args: Any, step: int) -> str:
-    """The folder the trainer saves the checkpoint of ``step`` in (under a trial's folder during a
-    hyper-parameter search)."""
-    try:
-        run_dir = str(trainer._get_output_dir(trial=getattr(trainer, "_trial", None)))
-    except Exception:  # noqa: BLE001 - no trainer: the arguments' output folder
-        run_dir = str(getattr(args, "output_dir", None) or os.getcwd())
-    return os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{step}")

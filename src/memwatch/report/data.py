@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from memwatch.core.errors import MemwatchError
+from memwatch.core.untrusted import number
 
 if TYPE_CHECKING:
     from memwatch.bundle import Bundle
@@ -39,6 +40,8 @@ __all__ = ["CHART_METRICS", "ReportData", "from_bundle", "from_run"]
 
 #: Points per chart trace: more adds nothing a person can see and slows the browser.
 MAX_POINTS = 1500
+#: Most metrics a report charts (memwatch records a few dozen; each is a series of every step).
+MAX_SERIES = 64
 #: Windows whose minimum is a metric's floor (the memory still held between steps' peaks).
 FLOOR_WINDOWS = 96
 #: Byte metrics that get a chart, in this order, when present with data.
@@ -88,10 +91,8 @@ class ReportData:
 
 
 def finite(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    f = float(v)
-    return f if math.isfinite(f) else None
+    """``v`` as a finite float, else None (:func:`memwatch.core.untrusted.number`)."""
+    return number(v)
 
 
 def downsample(steps: list[int], values: dict[str, list[float | None]]) -> tuple[
@@ -270,7 +271,12 @@ def from_bundle(bundle: Bundle, display_path: str | None = None) -> ReportData:
                     if finite(v) is not None}
     # The full timeline (not the summary's downsampled copy): charts downsample by max.
     steps: list[int] = []
-    values: dict[str, list[float | None]] = {k: [] for k in s.keys}
+    # Charted metrics: the header's first MAX_SERIES (memwatch records a few dozen): each is a
+    # column every sample is read into, so a header of thousands would cost thousands per line.
+    values: dict[str, list[float | None]] = {k: [] for k in s.keys[:MAX_SERIES]}
+    if len(s.keys) > MAX_SERIES:
+        d.notes.append(f"The timeline names {len(s.keys)} metrics: only the first {MAX_SERIES} "
+                       "are charted.")
     for rec in bundle.timeline():
         if rec.get("type") == "sample" and isinstance(rec.get("step"), int):
             steps.append(rec["step"])

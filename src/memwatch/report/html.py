@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -163,17 +164,20 @@ def _json_for_script(obj: Any) -> str:
 
 
 # --------------------------------------------------------------------------- assembly
-def render(d: ReportData, plotly: str | None = None, with_charts: bool = True) -> str:
+def render(d: ReportData, plotly: str | None = None, with_charts: bool = True,
+           sections: Sequence[tuple[str, Callable[[Page], None]]] = SECTIONS) -> str:
     """The report of ``d`` as one HTML document (never raises for missing data).
 
     ``plotly`` is the plotly.js text to inline; by default the ``plotly`` package's own copy.
     Without it (or with ``with_charts=False``) the charts are left out and the page says so.
+    ``sections``: what the page shows, in order (a job's report has its own:
+    :mod:`memwatch.report.job_report`).
     """
     js = None
     if with_charts:
         js = plotly if plotly is not None else charts.plotly_js()
     p = Page(d, with_charts=js is not None)
-    for name, fn in SECTIONS:
+    for name, fn in sections:
         p.section(name, fn)
     if js is None and with_charts:
         p.notes.insert(0, f"Charts are left out: plotly is not installed ({INSTALL_HINT}).")
@@ -205,7 +209,8 @@ def write_html(html: str, path: str | os.PathLike[str]) -> Path:
     except OSError as e:  # name the file asked for, not the temporary one
         raise OSError(e.errno, e.strerror, str(out)) from None
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        # A lone surrogate (a file name that is not UTF-8) is written as "?", never raised.
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
             f.write(html)
         os.replace(tmp, out)
     except BaseException as e:

@@ -29,8 +29,10 @@ from typing import Any
 
 from memwatch.bundle import Bundle
 from memwatch.core.errors import BundleError
+from memwatch.core.oom import PEER_FAILURE
 from memwatch.core.units import fmt_bytes
 from memwatch.report.data import finite  # finite number or None, as the report reads values
+from memwatch.report.peers import named_first, peer_note
 from memwatch.report.text import shorten
 
 __all__ = ["FAILURE_TRIGGERS", "LATE_TRIGGERS", "WEAK_KEY_GAP_S", "Job", "JobComparison",
@@ -63,6 +65,11 @@ class RankBundle:
     def is_failure(self) -> bool:
         return self.trigger in FAILURE_TRIGGERS
 
+    @property
+    def is_own_failure(self) -> bool:
+        """A failure of this rank's own, not its collective losing a peer that failed."""
+        return self.is_failure and self.classification != PEER_FAILURE
+
 
 @dataclasses.dataclass
 class Job:
@@ -83,14 +90,21 @@ class Job:
         return sorted({b.rank for b in self.bundles})
 
     @property
+    def hosts(self) -> list[str]:
+        """The hosts (nodes) the bundles came from, in order of first appearance."""
+        return list(dict.fromkeys(b.host for b in self.bundles))
+
+    @property
     def missing_ranks(self) -> list[int]:
         have = set(self.ranks)
         return [r for r in range(self.world_size) if r not in have]
 
     def first_failure(self) -> RankBundle:
-        """The earliest failure bundle; else the earliest watchdog/signal one; else the first."""
-        for triggers in (FAILURE_TRIGGERS, LATE_TRIGGERS):
-            cands = [b for b in self.bundles if b.trigger in triggers]
+        """The earliest failure of a rank's own; else the earliest peer failure (the rank that
+        failed first left no bundle); else the earliest watchdog/signal bundle; else the first."""
+        for tier in ((lambda b: b.is_own_failure), (lambda b: b.is_failure),
+                     (lambda b: b.trigger in LATE_TRIGGERS)):
+            cands = [b for b in self.bundles if tier(b)]
             if cands:
                 return min(cands, key=lambda b: b.time)
         return self.bundles[0]
@@ -163,8 +177,9 @@ def group_jobs(entries: list[tuple[Path, Bundle | BundleError]]
             rest.append((path, b))
             continue
         cls = m.get("classification")
+        node = m["node"] if isinstance(m.get("node"), dict) else {}
         rb = RankBundle(path=path, bundle=b, rank=_as_int(m.get("rank"), 0), world_size=world,
-                        host=str(m.get("host", "?")), time=_captured_at(b),
+                        host=str(node.get("name") or m.get("host", "?")), time=_captured_at(b),
                         trigger=str(m.get("trigger", "?")),
                         classification=cls.get("kind") if isinstance(cls, dict) else cls)
         groups.setdefault((jid, attempt), []).append(rb)
@@ -320,6 +335,10 @@ def compare(job: Job) -> JobComparison:
     if blind:
         notes.append(f"Rank(s) {', '.join(blind)}: no sample at or before that moment in their "
                      "bundle (their timeline starts later, or was trimmed).")
+    peer = sorted({b.rank for b in job.bundles if b.is_failure and not b.is_own_failure})
+    if peer:
+        notes.append(peer_note(peer, first.rank, first.is_own_failure,
+                               named_first(b.bundle.manifest for b in job.bundles)))
     if job.missing_ranks:
         notes.append(f"No bundle from rank(s) {', '.join(map(str, job.missing_ranks))}: killed "
                      "without a chance to write (SIGKILL), bundles off, or still running. Rows "
@@ -353,7 +372,9 @@ def render_comparison(c: JobComparison) -> str:
     m = f.bundle.manifest
     out = [f"memwatch job {j.label}: world size {j.world_size}, bundles from rank(s) "
            f"{', '.join(map(str, j.ranks))} (job id from {j.source or 'the bundles'})", ""]
-    lead = (f"Rank {f.rank} failed first" if f.is_failure or f.trigger in LATE_TRIGGERS else
+    lead = (f"Rank {f.rank} failed first" if f.is_own_failure or f.trigger in LATE_TRIGGERS
+            else f"No rank's own failure was recorded; first: rank {f.rank}'s collective lost a "
+            "peer" if f.is_failure else
             f"No rank failed (manual or end-of-run bundles only); the first is rank {f.rank}'s")
     out.append(f"{lead}, at {_utc(f.time)} on host {f.host} "
                f"(epoch {m.get('epoch', '?')}, step {m.get('step', '?')}):")

@@ -24,7 +24,9 @@ import math
 from typing import Any
 
 from memwatch.bundle import Bundle
+from memwatch.core.oom import PEER_FAILURE
 from memwatch.core.units import fmt_bytes
+from memwatch.report.peers import named_first, peer_who
 
 __all__ = ["Summary", "summarize"]
 
@@ -63,8 +65,13 @@ def _headline(manifest: dict[str, Any], exc: dict[str, Any] | None) -> str:
         "cuda_oom": "The GPU ran out of memory (CUDA OOM)",
         "mps_oom": "The Apple GPU ran out of memory (MPS OOM)",
         "host_oom": "The host ran out of memory (host OOM)",
+        "peer_failure": "A collective failed because another rank died or never came "
+                        "(peer failure)",
         "other": "The run failed with an exception that is not an OOM",
     }.get(str(cls), f"Bundle written on {trigger}")
+    first = named_first([manifest]) if cls == PEER_FAILURE else None
+    if first is not None:
+        what += f": the job's store says {peer_who(first)}"
     nums = (exc or {}).get("numbers") or {}
     if nums.get("kernel_oom_kills"):
         who = (f"DataLoader worker {nums['worker_pid']}" if "worker_pid" in nums

@@ -21,7 +21,7 @@ __all__ = ["Capture", "capture"]
 
 def _census(top_n: int) -> dict[str, Any]:
     try:
-        from memwatch.analysis.culprits.census import tensor_census
+        from memwatch.analysis.culprits.census.census import tensor_census
     except Exception as e:  # noqa: BLE001
         return {"error": f"census not available ({type(e).__name__}: {e})"}
     try:

@@ -34,12 +34,11 @@ from typing import Any
 
 from memwatch.bundle.reader import open_bundle
 from memwatch.core.errors import ConfigError
-from memwatch.core.findings import Finding
 from memwatch.core.protocols import CheckReport
 
 log = logging.getLogger("memwatch")
 
-__all__ = ["FindingsTap", "SinkSet", "committed_manifest", "validate_sinks"]
+__all__ = ["SinkSet", "committed_manifest", "validate_sinks"]
 
 _METHODS = ("on_metrics", "on_bundle", "close")
 _CHECK_METHODS = ("on_check", "on_findings")  # one of them: on_findings is the older form
@@ -147,27 +146,6 @@ class SinkSet:
             return
         self.closed = True
         self._call("close")
-
-
-class FindingsTap:
-    """A sink that collects ``(at, finding)`` from every check (``on_check``: evaluation loops'
-    too) as ``(at, stage, finding)``, then ``(at, stage, None)`` for the check's end, for an
-    adapter to keep and warn about once the framework's call returns."""
-
-    sink_name = "the adapter's findings"
-
-    def __init__(self, into: list[tuple[str, str, Finding | None]]) -> None:
-        self.into = into
-
-    def on_check(self, report: CheckReport) -> None:
-        self.into.extend((report.at, report.stage, f) for f in report.findings)
-        self.into.append((report.at, report.stage, None))
-
-    def on_metrics(self, step: int, sample: Any) -> None: ...
-
-    def on_bundle(self, path: Any, manifest: Any) -> None: ...
-
-    def close(self) -> None: ...
 
 
 def committed_manifest(path: Path, given: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,8 @@ creates for itself, so the exchange works beside NCCL training and never touches
 own process group. A ``monitored_barrier`` with a timeout comes first: a rank that died (of OOM,
 typically) or hangs is reported by name after the timeout instead of blocking rank 0 forever, and
 the exchange then turns itself off for the rest of the run (a group with a dead member cannot be
-trusted).
+trusted). At start it also opens the job's failure board (:mod:`memwatch.runtime.peers`): one
+client of the rendezvous store, used only when a rank fails.
 
 Cost at scale: gather_object to rank 0 moves ``world_size x summary`` bytes once per epoch; at
 1,024 ranks and 2 KiB that is 2 MiB into rank 0 per epoch, plus a barrier (O(world_size) messages
@@ -25,68 +26,22 @@ import re
 import socket
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from memwatch.core.findings import Finding
 from memwatch.core.protocols import SessionView
+from memwatch.runtime import peers
+from memwatch.runtime.launcher import job_identity, node_info, rank_info, safe_id
+from memwatch.runtime.peers import FailureBoard
+
+__all__ = ["SUMMARY_METRICS", "RankExchange", "dist_ready", "job_identity", "rank_info",
+           "rank_payload"]
 
 log = logging.getLogger("memwatch")
 
 #: Metrics summarised per rank (the ones verdicts and imbalance are computed on).
 SUMMARY_METRICS = ("device.allocated", "device.peak", "device.reserved", "host.rss", "workers.uss")
-
-
-#: Launcher variables that name one job, strongest first, with the prefix of the id they give.
-JOB_ENV: tuple[tuple[str, str], ...] = (
-    ("MEMWATCH_JOB_ID", ""), ("SLURM_JOB_ID", "slurm-"), ("TORCHELASTIC_RUN_ID", "torchelastic-"),
-    ("LSB_JOBID", "lsf-"), ("PBS_JOBID", "pbs-"),
-)
-
-
-def job_identity(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Which job this process belongs to, from the launcher's environment.
-
-    ``{"id", "source", "attempt"}``: ``id`` is ``None`` when nothing names a job (a single process
-    started by hand). ``source`` is the variable the id came from; ``"MASTER_ADDR"`` (address and
-    port of the rendezvous) is the weakest, since ports are reused by later jobs. ``attempt`` is
-    torchelastic's restart count (ranks of one attempt fail together). SLURM ids carry the array
-    task and the step, so two ``srun`` launches in one allocation are two jobs.
-
-    Example::
-
-        >>> job_identity({"TORCHELASTIC_RUN_ID": "a1b2", "TORCHELASTIC_RESTART_COUNT": "1"})
-        {'id': 'torchelastic-a1b2', 'source': 'TORCHELASTIC_RUN_ID', 'attempt': 1}
-        >>> job_identity({"SLURM_JOB_ID": "77", "SLURM_ARRAY_TASK_ID": "3", "SLURM_STEP_ID": "0"})
-        {'id': 'slurm-77_3.0', 'source': 'SLURM_JOB_ID', 'attempt': None}
-        >>> job_identity({"TORCHELASTIC_RUN_ID": "none", "MASTER_ADDR": "10.0.0.1",
-        ...               "MASTER_PORT": "29500", "WORLD_SIZE": "8"})["id"]
-        'master-10.0.0.1:29500'
-        >>> job_identity({})["id"] is None
-        True
-    """
-    env = os.environ if env is None else env
-    attempt_s = env.get("TORCHELASTIC_RESTART_COUNT", "")
-    attempt = int(attempt_s) if attempt_s.isdigit() else None
-    for var, prefix in JOB_ENV:
-        val = (env.get(var) or "").strip()
-        if not val or val.lower() == "none":  # torchrun's default rendezvous id is "none"
-            continue
-        if var == "SLURM_JOB_ID":
-            if env.get("SLURM_ARRAY_TASK_ID"):
-                val += f"_{env['SLURM_ARRAY_TASK_ID']}"
-            if env.get("SLURM_STEP_ID"):
-                val += f".{env['SLURM_STEP_ID']}"
-        return {"id": _safe_id(prefix + val), "source": var, "attempt": attempt}
-    if env.get("MASTER_ADDR") and env.get("MASTER_PORT") and \
-            (env.get("WORLD_SIZE", "1") or "1") not in ("0", "1"):
-        return {"id": _safe_id(f"master-{env['MASTER_ADDR']}:{env['MASTER_PORT']}"),
-                "source": "MASTER_ADDR", "attempt": attempt}
-    return {"id": None, "source": None, "attempt": attempt}
-
-
-def _safe_id(s: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_.:@" else "-" for c in s)[:128]
 
 
 def dist_ready() -> Any | None:
@@ -130,13 +85,16 @@ class RankExchange:
         #: broadcast, before the first step). Without a launcher id rank 0 makes one up, so the
         #: bundles of every rank of this run still group together (``memwatch ls``).
         self.job = self._agree_on_job(dict(job or {}))
+        #: Where a failing rank tells the others it failed first (runtime.peers).
+        self.board = FailureBoard.open(dist, self.job, self.rank)
+        peers.use(self.board)
         #: Set-up cost paid once in start(): creating the group and agreeing on the job id.
         self.setup_ms = (time.perf_counter() - t0) * 1000.0
 
     def _agree_on_job(self, job: dict[str, Any]) -> dict[str, Any]:
         if self.rank == 0 and job.get("source") in (None, "MASTER_ADDR"):
             stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-            job = {"id": _safe_id(f"run-{socket.gethostname().split('.')[0]}-{stamp}-"
+            job = {"id": safe_id(f"run-{socket.gethostname().split('.')[0]}-{stamp}-"
                                   f"{os.getpid()}"), "source": "rank0",
                    "attempt": job.get("attempt")}
         box: list[Any] = [job]
@@ -183,6 +141,8 @@ class RankExchange:
         return gathered
 
     def close(self) -> None:
+        if peers.current() is self.board:
+            peers.use(None)
         group, self.group = self.group, None
         if group is not None:
             try:
@@ -219,6 +179,7 @@ def rank_payload(view: SessionView, findings: Sequence[Finding], summary: Any) -
         "rank": view.rank.get("rank", 0),
         "local_rank": view.rank.get("local_rank", 0),
         "host": socket.gethostname(),
+        "node": node_info(view.rank),
         "epoch": getattr(summary, "epoch", None),
         "step": view.step_count,
         "time": time.time(),
@@ -232,20 +193,3 @@ def rank_payload(view: SessionView, findings: Sequence[Finding], summary: Any) -
             for f in findings if f.kind in ("leak", "near_oom", "fragmentation")
         ],
     }
-
-
-def rank_info() -> dict[str, int]:
-    """Rank, local rank and world size: from torch.distributed when initialised, else env."""
-    info = {
-        "rank": int(os.environ.get("RANK", "0") or 0),
-        "local_rank": int(os.environ.get("LOCAL_RANK", "0") or 0),
-        "world_size": int(os.environ.get("WORLD_SIZE", "1") or 1),
-    }
-    dist = sys.modules.get("torch.distributed")
-    try:
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            info["rank"] = dist.get_rank()
-            info["world_size"] = dist.get_world_size()
-    except Exception:  # noqa: BLE001
-        pass
-    return info

@@ -24,7 +24,8 @@ log = logging.getLogger("memwatch")
 
 class FailureHooks:
     """Calls ``on_exception(exc)`` for uncaught exceptions (main and other threads) and
-    ``on_signal(name)`` for SIGTERM/SIGUSR1, then hands each on."""
+    ``on_signal(name)`` for SIGTERM/SIGUSR1, then hands each on; a signal whose ``on_signal``
+    returns False waits for :meth:`release_deferred`."""
 
     def __init__(self, on_exception: Callable[[BaseException], Any],
                  on_signal: Callable[[str], Any], signals: bool = True) -> None:
@@ -36,6 +37,7 @@ class FailureHooks:
         self._prev_excepthook: Any = None
         self._prev_thread_hook: Any = None
         self._prev_signals: dict[int, Any] = {}
+        self._deferred: list[int] = []
 
     def install(self) -> None:
         self.active = True
@@ -86,9 +88,26 @@ class FailureHooks:
         prev(args)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        prev = self._prev_signals.get(signum)
         if self.active and os.getpid() == self._pid:
-            self._on_signal_cb(signal.Signals(signum).name)
+            if self._on_signal_cb(signal.Signals(signum).name) is False:
+                # A bundle is being written (the launcher's SIGTERM right after this rank's
+                # collective failed): handed on once it is committed (release_deferred).
+                self._deferred.append(signum)
+                return
+        self._hand_on(signum, frame)
+
+    def release_deferred(self) -> None:
+        """Hand on the signals that came while a bundle was being written (the default action
+        of SIGTERM, termination, included)."""
+        while self._deferred and os.getpid() == self._pid:
+            signum = self._deferred.pop(0)
+            if threading.current_thread() is threading.main_thread():
+                self._hand_on(signum, None)
+            else:  # handlers belong to the main thread: send it again (it is free now)
+                os.kill(os.getpid(), signum)
+
+    def _hand_on(self, signum: int, frame: FrameType | None) -> None:
+        prev = self._prev_signals.get(signum)
         if callable(prev):
             prev(signum, frame)
         elif signum == signal.SIGTERM and prev in (signal.SIG_DFL, None):

@@ -38,54 +38,34 @@ from __future__ import annotations
 
 import atexit
 import collections
-import datetime as _dt
 import logging
 import mmap
 import os
-import secrets
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memwatch.bundle.documents import (
-    Capture,
-    environment,
-    environment_static,
-    exception_doc,
-    qualname,
-    segments_summary,
-    timeline_records,
-)
-from memwatch.bundle.format import BundleWriter, add_file, host_name, note_error
-from memwatch.bundle.reader import Bundle, open_bundle
-from memwatch.bundle.retention import clean_stale, enforce_retention
+from memwatch.bundle.documents import Capture, environment_static
+from memwatch.bundle.retention import clean_stale
 from memwatch.core.oom import Classification, classify
 from memwatch.core.protocols import SessionView
-from memwatch.core.redact import redact_obj, redact_text
-from memwatch.probes.procfs import address_space, rss_now
 from memwatch.runtime.announce import announce_bundle
+from memwatch.runtime.bundles import BundleMaker, ReportRenderer
 from memwatch.runtime.capture import capture
+from memwatch.runtime.elastic import write_error_file
 from memwatch.runtime.hooks import FailureHooks
 from memwatch.runtime.recorder_config import RecorderConfig, parse_bundle_on
 
 __all__ = ["FlightRecorder", "RecorderConfig", "ReportRenderer", "parse_bundle_on"]
-
-#: Renders a bundle's ``report.html``: ``render(bundle, path, with_charts) -> html``. The
-#: session hands the recorder one (the HTML report lives in a layer above the recorder's).
-ReportRenderer = Callable[[Bundle, str, bool], str]
 
 log = logging.getLogger("memwatch")
 
 MIB = 1 << 20
 _RESERVE_BYTES = 8 * MIB
 _PENDING_MAX_AGE_S = 600.0
-def _utc_stamp(t: float) -> str:
-    # Milliseconds keep names unique and in time order when several bundles land in one second.
-    d = _dt.datetime.fromtimestamp(t, _dt.timezone.utc)
-    return d.strftime("%Y%m%dT%H%M%S") + f".{d.microsecond // 1000:03d}Z"
 
 
 class FlightRecorder:
@@ -109,17 +89,15 @@ class FlightRecorder:
         self.config = config
         self.view = view
         self._on_bundle = on_bundle
-        self._render_report = render_report
-        self._ranks = ranks
+        #: What a bundle holds, and where it goes.
+        self.maker = BundleMaker(config, view, oom_dir, render_report=render_report,
+                                 ranks=ranks)
         self.oom_root = oom_dir
         self.bundles: list[Path] = []
-        #: Names this recorder's bundles in their manifests: retention deletes only those.
-        self.run_id = secrets.token_hex(8)
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._pending: Capture | None = None
         self._reserve: mmap.mmap | None = None
-        self._static_env: dict[str, Any] = {}
         self._seen_ids: collections.deque[int] = collections.deque(maxlen=64)
         self.hooks = FailureHooks(self.handle_exception, self._on_signal, config.signals)
         self._observer_attached = False
@@ -138,7 +116,7 @@ class FlightRecorder:
             log.warning("memwatch: could not clean %s (%s)", self.oom_root, e)
         self._warm_imports()
         dev = self.view.device
-        self._static_env = environment_static(dev)
+        self.maker.static_env = environment_static(dev)
         self._arm_reserve()
         if dev is not None:
             try:
@@ -157,29 +135,11 @@ class FlightRecorder:
         atexit.register(self._atexit)
         self._active = True
 
-    def _cgroup_info(self) -> dict[str, Any] | None:
-        try:
-            return self.view.cgroup_info()
-        except Exception:  # noqa: BLE001 - never in the way of a bundle
-            return None
-
     def kernel_oom_kills(self) -> int:
         """Processes the kernel's OOM killer killed in this run's cgroup since it started."""
-        info = self._cgroup_info() or {}
+        info = self.maker.cgroup_info() or {}
         now, start = info.get("oom_kills"), info.get("oom_kills_at_start")
         return max(0, now - start) if now is not None and start is not None else 0
-
-    def _cgroup_doc(self, cls: Classification | None) -> dict[str, Any] | None:
-        """The cgroup at the failure, and the killed worker's last reading when one was."""
-        info = self._cgroup_info()
-        if info is None:
-            return None
-        now = info.pop("oom_kills", None)
-        doc: dict[str, Any] = {**info, "oom_kills_now": now}
-        pid = cls.numbers.get("worker_pid") if cls is not None else None
-        if pid is not None:
-            doc["killed_worker"] = self.view.worker_reading(pid)
-        return doc
 
     def close(self) -> None:
         """Restore hooks and handlers, detach the observer; flush an unclaimed OOM capture."""
@@ -231,7 +191,7 @@ class FlightRecorder:
         import memwatch.core.safepickle  # noqa: F401
 
         try:
-            import memwatch.analysis.culprits.census  # noqa: F401
+            import memwatch.analysis.culprits.census.census  # noqa: F401
         except Exception:  # noqa: BLE001 - the census is optional
             pass
 
@@ -253,8 +213,11 @@ class FlightRecorder:
                 pass
 
     # ------------------------------------------------------------------ triggers
-    def _on_signal(self, name: str) -> None:
+    def _on_signal(self, name: str) -> bool:
+        if self._lock.locked():  # a bundle is being written: the signal waits for it
+            return False
         self._dump(f"received {name}", None, trigger="signal")
+        return True
 
     def _on_oom(self, device: int, alloc: int, device_total: int, device_free: int) -> None:
         """The allocator's OOM observer: runs inside the failing allocation, pre-unwind."""
@@ -390,75 +353,12 @@ class FlightRecorder:
         if not self._lock.acquire(blocking=False):
             log.warning("memwatch: a bundle is already being written; %s skipped", trigger)
             return None
-        w: BundleWriter | None = None
         try:
             self._release_reserve()
-            v = self.view
-            rank = v.rank.get("rank", 0)
-            name = f"{_utc_stamp(cap.wall)}-{host_name()}-rank{rank}-pid{os.getpid()}"
-            w = BundleWriter(self.oom_root, name, share=self.config.share)
-            if exc is not None:
-                w.write_json("exception.json", exception_doc(exc, cls))
-            elif cap.observer is not None:
-                w.write_json("exception.json", {
-                    "type": None, "message": None, "classification": "cuda_oom",
-                    "numbers": {k: val for k, val in cap.observer.items() if k != "device"},
-                    "traceback": None, "note": reason,
-                })
-            w.write_json("memory.json", {
-                "latest": cap.latest, "limits": cap.limits, "observer": cap.observer,
-                "host_rss_at_write": rss_now(), "address_space": address_space(),
-                "captured_at_unix": cap.wall,
-                "captured_on_thread": cap.thread, "capture_errors": cap.errors,
-                "cgroup": self._cgroup_doc(cls),
-            })
-            w.write_json("environment.json",
-                         environment(self._static_env, v.rank, self._history_on))
-            w.write_json("findings.json", redact_obj(cap.findings))
-            w.write_jsonl("timeline.jsonl", timeline_records(cap))
-            if cap.census is not None:
-                w.write_json("census.json", redact_obj(cap.census))
-            ranks = self._ranks() if self._ranks is not None else None
-            if ranks is not None:
-                w.write_json("ranks.json", redact_obj(ranks))
-            if cap.memory_stats is not None or cap.snapshot is not None:
-                w.write_json("allocator.json", {
-                    "memory_stats": cap.memory_stats,
-                    "segments_summary": segments_summary(cap.snapshot),
-                })
-            if cap.snapshot is not None:
-                w.write_pickle("snapshot.pickle", redact_obj(cap.snapshot))
-            manifest: dict[str, Any] = {
-                "created_utc": _dt.datetime.fromtimestamp(cap.wall, _dt.timezone.utc)
-                .isoformat(timespec="seconds"),
-                "created_unix": cap.wall,
-                "trigger": trigger,
-                "reason": redact_text(reason) if reason else None,
-                "classification": cls.kind if cls else ("cuda_oom" if cap.observer else None),
-                "exception_type": qualname(type(exc)) if exc is not None else None,
-                "pre_unwind": cap.pre_unwind,
-                "host": host_name(),
-                "pid": os.getpid(),
-                "rank": rank,
-                "local_rank": v.rank.get("local_rank", 0),
-                "world_size": v.rank.get("world_size", 1),
-                "job": dict(v.job or {}),
-                "run_id": self.run_id,
-                "step": v.step_count,
-                "epoch": v.epoch,
-            }
-            w.trim(self.config.max_bundle_bytes)
-            path = w.commit(manifest)
-            w = None
+            path, manifest = self.maker.write(trigger, reason, exc, cls, cap, self._history_on)
             self.bundles.append(path)
-            # The evidence is on disk; the rendering comes after it (bundle.format.add_file).
-            self._write_report(path, manifest)
-            try:
-                enforce_retention(self.oom_root, self.config.max_bundles,
-                                  self.config.max_total_bytes, run_id=self.run_id, keep=path)
-            except OSError as e:
-                log.warning("memwatch: bundle retention failed (%s)", e)
             announce_bundle(path, trigger, exc)  # one line: a note on exc, else the log
+            write_error_file(path, trigger, exc, cls.kind if cls else None)  # for torchrun
             if self._on_bundle is not None:  # the session's sinks (W&B artifact...)
                 self._on_bundle(path, manifest)
             return path
@@ -466,30 +366,11 @@ class FlightRecorder:
             log.warning("memwatch: bundle not written (%s: %s)", type(e).__name__, e)
             return None
         finally:
-            if w is not None:
-                w.abort()
             self._lock.release()
             self._arm_reserve()
+            self.hooks.release_deferred()  # a SIGTERM that came while writing acts now
 
-    def report_mode(self, trigger: str) -> str:
-        """What report.html a bundle of ``trigger`` gets: "full", "tables" or "none"."""
-        mode = self.config.report
-        if mode != "auto":
-            return mode
-        world = self.view.rank.get("world_size", 1)
-        return "tables" if trigger == "signal" and world > 1 else "full"
-
-    def _write_report(self, path: Path, manifest: Mapping[str, Any]) -> None:
-        """Render report.html into the committed bundle at ``path`` (never raises)."""
-        mode = self.report_mode(str(manifest.get("trigger")))
-        if mode == "none" or self._render_report is None:
-            return
-        share = self.config.share
-        try:
-            html = self._render_report(open_bundle(path), str(path), mode == "full")
-            add_file(path, "report.html", html, self.config.max_bundle_bytes, share=share)
-        except Exception as e:  # noqa: BLE001
-            try:
-                note_error(path, "report.html", f"{type(e).__name__}: {e}", share=share)
-            except Exception:  # noqa: BLE001
-                log.warning("memwatch: report.html not written (%s: %s)", type(e).__name__, e)
+    def report_mode(self, trigger: str, kind: str | None = None) -> str:
+        """What report.html a bundle of ``trigger`` (and classification ``kind``) gets: "full",
+        "tables" or "none"."""
+        return self.maker.report_mode(trigger, kind)

@@ -6,19 +6,24 @@ import dataclasses
 from typing import Any
 
 from memwatch.core.errors import ConfigError
-from memwatch.core.oom import KINDS, OOM_KINDS
+from memwatch.core.oom import KINDS, OOM_KINDS, PEER_FAILURE
 from memwatch.core.safefs import modes
 
-__all__ = ["REPORT_MODES", "RecorderConfig", "parse_bundle_on"]
+__all__ = ["DEFAULT_BUNDLE_ON", "REPORT_MODES", "RecorderConfig", "parse_bundle_on"]
 
 MIB = 1 << 20
 REPORT_MODES: tuple[str, ...] = ("auto", "full", "tables", "none")
+#: ``bundle_on="oom"``: every OOM class, and a collective that failed because another rank died
+#: (in a distributed job that is how the first rank's OOM reaches the others; a job's story
+#: compares every rank, so each one writes its bundle).
+DEFAULT_BUNDLE_ON: tuple[str, ...] = (*OOM_KINDS, PEER_FAILURE)
 
 
 def parse_bundle_on(value: Any) -> frozenset[str]:
-    """``"oom"`` (default: every OOM class), ``"all"``, ``"none"``, or a collection of
-    ``"oom"``, ``"cuda_oom"``, ``"host_oom"``, ``"mps_oom"``, ``"other"``."""
-    names = {"oom": OOM_KINDS, "all": KINDS, "none": (), **{k: (k,) for k in KINDS}}
+    """``"oom"`` (default: every OOM class and ``peer_failure``, see :data:`DEFAULT_BUNDLE_ON`),
+    ``"all"``, ``"none"``, or a collection of ``"oom"``, ``"cuda_oom"``, ``"host_oom"``,
+    ``"mps_oom"``, ``"peer_failure"``, ``"other"``."""
+    names = {"oom": DEFAULT_BUNDLE_ON, "all": KINDS, "none": (), **{k: (k,) for k in KINDS}}
     items = [value] if isinstance(value, str) else value
     try:
         items = list(items) if items is not None else []
@@ -39,7 +44,8 @@ def parse_bundle_on(value: Any) -> frozenset[str]:
 class RecorderConfig:
     """Flight-recorder options (``MemWatch(recorder=..., bundle_on=..., ...)``).
 
-    Defaults: bundles on every OOM class; at most 20 bundles and 1 GiB in ``<out_dir>/oom``; one
+    Defaults: bundles on every OOM class and on a collective that failed because another rank
+    died; at most 20 bundles and 1 GiB in ``<out_dir>/oom``; one
     bundle trimmed to 256 MiB (largest optional files first); 2000 timeline rows; census top 20.
 
     Example::
@@ -51,7 +57,7 @@ class RecorderConfig:
     """
 
     enabled: bool = True
-    bundle_on: frozenset[str] = frozenset(OOM_KINDS)
+    bundle_on: frozenset[str] = frozenset(DEFAULT_BUNDLE_ON)
     max_bundles: int = 20
     max_bundle_bytes: int = 256 * MIB
     max_total_bytes: int = 1024 * MIB
@@ -61,8 +67,9 @@ class RecorderConfig:
     census_top_n: int = 20
     #: report.html in each bundle: "full" (charts, plotly.js inlined: about 5 MB), "tables" (a few
     #: KiB; ``memwatch report BUNDLE`` draws the charts later), "none", or "auto": full, except
-    #: tables for the bundles a distributed job's survivors write when the launcher stops them
-    #: (signal bundles of a rank in a world of more than one: 1,024 of them would be 5 GB).
+    #: tables for the bundles a distributed job's survivors write when the launcher stops them or
+    #: their collective fails (signal and peer_failure bundles of a rank in a world of more than
+    #: one: 1,024 of them would be 5 GB).
     report: str = "auto"
     #: Who may read the bundles: "private" (dirs 0700, files 0600) or "group" (0750/0640; see
     #: :func:`memwatch.core.safefs.modes` and ``docs/security.md``).

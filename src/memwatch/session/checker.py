@@ -19,7 +19,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memwatch.analysis.context import CheckContext
 from memwatch.core.costs import Costs
@@ -30,6 +30,11 @@ from memwatch.session.faults import Faults
 from memwatch.session.plan import RunPlan
 from memwatch.session.sampling import Sampling
 from memwatch.timeline import EpochSummary
+
+if TYPE_CHECKING:
+    from memwatch.analysis.analyzer import Judge
+    from memwatch.analysis.culprits.census.allocations import AllocationTracer
+    from memwatch.runtime.exchange import RankExchange
 
 log = logging.getLogger("memwatch")
 
@@ -67,13 +72,13 @@ class Checker:
         self._sampling = sampling
         self._plan = plan
         self._costs = costs if costs is not None else Costs()
-        self.analyzer: Any = None
+        self.analyzer: Judge | None = None
         self.findings: list[Finding] = []
         self.checks = 0
         self.rank: dict[str, int] = rank_info()
         self.job: dict[str, Any] = {"id": None, "source": None, "attempt": None}
-        self.rank_summaries: list[Any] = []
-        self.rank_last_seen: list[Any] = []
+        self.rank_summaries: list[dict[str, Any] | None] = []
+        self.rank_last_seen: list[dict[str, Any] | None] = []
         #: RSS memwatch's own checks left behind so far (bytes): the analyzer judges this
         #: process's memory without it.
         self.own_rss = 0.0
@@ -81,8 +86,8 @@ class Checker:
         self.own_churn = 0.0
         #: The C allocator's in-use bytes the checks left handed out (see check()).
         self.own_in_use = 0.0
-        self.tracer: Any = None  # analysis.culprits.allocations.AllocationTracer while tracing
-        self.exchange: Any = None  # runtime.exchange.RankExchange when distributed
+        self.tracer: AllocationTracer | None = None  # while tracing
+        self.exchange: RankExchange | None = None  # when distributed
         #: An evaluation loop judged beside a training session of this process (its memory
         #: kept across evaluations is the training session's to judge).
         self.beside_training = False
@@ -112,7 +117,7 @@ class Checker:
         except Exception as e:  # noqa: BLE001
             self._faults.disable("analyzer", e)
 
-    def use_analyzer(self, analyzer: Any) -> None:
+    def use_analyzer(self, analyzer: Judge | None) -> None:
         """Judge with ``analyzer`` from now on (None: no verdicts)."""
         self.analyzer = analyzer
 
@@ -160,7 +165,7 @@ class Checker:
                      self._config.tracemalloc_frames)
             return
         try:
-            from memwatch.analysis.culprits.allocations import AllocationTracer
+            from memwatch.analysis.culprits.census.allocations import AllocationTracer
 
             self.tracer = AllocationTracer(self._config.tracemalloc_frames).start()
         except Exception as e:  # noqa: BLE001
@@ -182,7 +187,7 @@ class Checker:
         """tracemalloc that memwatch started: nothing reads it in a forked child."""
         if self.tracer is not None:
             self.tracer = None
-            from memwatch.analysis.culprits.allocations import after_fork_in_child
+            from memwatch.analysis.culprits.census.allocations import after_fork_in_child
 
             after_fork_in_child()
 
@@ -282,6 +287,7 @@ class Checker:
         """One check: the verdicts on ``summary`` (and, when ``exchange``, rank 0's verdicts
         across ranks); the new findings, also kept in :attr:`findings`. ``closing``: the fast
         metrics read at the check, before its own work."""
+        number = self.checks  # (origin.check: the same)
         self.checks += 1
         if summary is not None and self.pace_from is None:
             self.pace_from = (summary.t_start, summary.start_step)
@@ -293,23 +299,23 @@ class Checker:
         if summary is not None and self.tracer is not None:
             try:  # before the analyzer, which reads the diff (keyed by the check)
                 with self._costs.timed("tracemalloc"):
-                    trace = self.tracer.epoch_end(origin.check, self._sampling.step_count,
+                    trace = self.tracer.epoch_end(number, self._sampling.step_count,
                                                   self._sampling.latest().get("host.rss"))
             except Exception as e:  # noqa: BLE001
                 self.stop_tracer(e)
         new: list[Finding] = []
-        if summary is not None and self.analyzer is not None and \
-                "analyzer" not in self._faults:
+        analyzer = self.analyzer
+        if summary is not None and analyzer is not None and "analyzer" not in self._faults:
             tracer = self.tracer
             ctx = self.context(origin, at, partial=partial, trace=trace, defer_leaks=defer_leaks,
                                device_snapshot=device_snapshot,
                                tracing=tracer is not None and tracer.active,
                                collected=tracer is not None and tracer.active
-                               and tracer.collected_epoch == origin.check,
+                               and tracer.collected_epoch == number,
                                own_growth=own_before, own_churn=churn_before,
                                own_in_use=used_before, closing=closing, after=after,
                                pace=pace)
-            new = self._analyze(summary, ctx)
+            new = self._analyze(analyzer, summary, ctx, number)
         if exchange:  # every rank, even after an empty epoch; ranks meet at the same step only
             new += self._exchange_ranks(new, summary, origin)
         self.keep(new)
@@ -357,11 +363,12 @@ class Checker:
         if len(self.findings) > MAX_FINDINGS:
             del self.findings[: len(self.findings) - MAX_FINDINGS]
 
-    def _analyze(self, summary: EpochSummary, ctx: CheckContext) -> list[Finding]:
+    def _analyze(self, analyzer: Judge, summary: EpochSummary, ctx: CheckContext,
+                 number: int) -> list[Finding]:
         tracer = self.tracer
         rss0 = tracer.rss() if tracer is not None else None
         try:
-            return list(self.analyzer.check(summary, ctx))
+            return list(analyzer.check(summary, ctx))
         except Exception as e:  # noqa: BLE001
             self._faults.disable("analyzer", e)
             return []
@@ -371,7 +378,7 @@ class Checker:
                 # RSS: the next allocation-site diff must not take that for the user's growth.
                 rss1 = tracer.rss()
                 if rss1 is not None:
-                    tracer.note_own_rss(ctx.origin.check, rss1 - rss0)
+                    tracer.note_own_rss(number, rss1 - rss0)
 
     def _exchange_ranks(self, new: list[Finding], summary: EpochSummary | None,
                         origin: Origin) -> list[Finding]:
@@ -402,6 +409,13 @@ class Checker:
         except Exception as e:  # noqa: BLE001
             self._faults.disable("rank exchange", e)
         return []
+
+    def sensitivity(self) -> dict[str, float]:
+        """Per leak metric, the smallest leak (bytes a step) this run's last check could count
+        as growth, from that unit's measured noise and its number of steps (empty before the
+        first check, or without the analyzer). See docs/findings.md."""
+        fn = getattr(self.analyzer, "sensitivity", None)
+        return dict(fn()) if callable(fn) else {}
 
     def ranks_doc(self) -> dict[str, Any] | None:
         """What a bundle says of the job's ranks (``ranks.json``): each rank's latest summary,

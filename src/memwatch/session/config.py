@@ -158,12 +158,15 @@ class WatchConfig:
     #: Write OOM bundles under ``<out_dir>/oom/`` (see ``docs/flight-recorder.md``).
     recorder: bool = option(True, v.flag, Flag("--no-recorder", "off",
                                                "no bundle when the script dies"))
-    #: Which failures write a bundle: ``"oom"`` (every OOM class, default), ``"all"``,
-    #: ``"none"`` or a tuple of ``"cuda_oom"``, ``"host_oom"``, ``"mps_oom"``, ``"other"``.
+    #: Which failures write a bundle: ``"oom"`` (default: every OOM class, and
+    #: ``"peer_failure"``, a collective that failed because another rank died), ``"all"``,
+    #: ``"none"`` or a tuple of ``"cuda_oom"``, ``"host_oom"``, ``"mps_oom"``,
+    #: ``"peer_failure"``, ``"other"``.
     bundle_on: Any = option(
         "oom", lambda name, value: parse_bundle_on(value),
-        Flag("--bundle-on", "str", "failures that write a bundle: oom (default), all, none, or "
-             "a comma list of cuda_oom, host_oom, mps_oom, other"))
+        Flag("--bundle-on", "str", "failures that write a bundle: oom (default: every OOM and "
+             "peer_failure), all, none, or a comma list of cuda_oom, host_oom, mps_oom, "
+             "peer_failure, other"))
     #: Retention of ``<out_dir>/oom`` by count (this run's bundles, oldest deleted first).
     max_bundles: int = option(20, flag=Flag("--max-bundles", "int",
                                             "bundles kept in OUT_DIR/oom (default 20)"))

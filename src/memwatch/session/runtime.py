@@ -111,8 +111,8 @@ class Runtime:
                 self._faults.disable("watchdog", e)
 
     def request_stop(self, reason: str) -> None:
-        """Ask the run to stop gracefully: sets :attr:`should_stop` and :attr:`stop_reason`
-        (the first reason is kept)."""
+        """Ask the run to stop gracefully (the watchdog's ``"stop"`` action): sets
+        :attr:`should_stop` and :attr:`stop_reason` (the first reason is kept)."""
         if not self.should_stop:
             self.stop_reason = reason
         self.should_stop = True
@@ -129,13 +129,21 @@ class Runtime:
 
     # ------------------------------------------------------------------ flight recorder
     def dump(self, reason: str, exc: BaseException | None = None) -> Path | None:
+        """Write a bundle now (``trigger="manual"``); returns its path, or None (never
+        raises)."""
         return self.recorder.dump(reason, exc) if self.recorder is not None else None
 
     def handle_exception(self, exc: BaseException) -> Path | None:
+        """The one entry point for a failure: classify ``exc``, write a bundle if configured for
+        its class (reusing the pre-unwind OOM capture), tag ``exc`` with a note and a
+        ``memwatch_bundle`` attribute. Never replaces or swallows ``exc``; one bundle per
+        exception."""
         return self.recorder.handle_exception(exc) if self.recorder is not None else None
 
     @contextmanager
     def capture_oom(self) -> Iterator[None]:
+        """An OOM raised inside gets a bundle (whatever ``bundle_on`` says); every exception is
+        re-raised unchanged."""
         rec = self.recorder
         if rec is not None:
             rec.forced += 1  # the OOM observer captures even when bundle_on excludes OOMs

@@ -21,7 +21,7 @@ from memwatch.probes.base import DeviceProbe, Probe
 from memwatch.session.config import WatchConfig
 from memwatch.session.faults import Faults
 from memwatch.session.probes import NanProbe, open_probes, resolve_device
-from memwatch.timeline import Timeline
+from memwatch.timeline import EpochSummary, Timeline
 from memwatch.timeline.sampler import PACED_SHARE, BackgroundSampler, SlowReader
 
 log = logging.getLogger("memwatch")
@@ -238,7 +238,9 @@ class Sampling:
         return self.timeline.latest() if self.timeline is not None else {}
 
     def limits(self) -> dict[str, float]:
-        """Known byte limits per metric: the one that binds first (see :meth:`binding`)."""
+        """Known byte limits per metric, the one that binds first (see :meth:`binding`): device
+        total, cgroup or physical memory; inside a memory cgroup a host or worker metric's limit
+        is its own value plus the room the cgroup has left."""
         return {m: b for m, (b, _) in self.binding().items()}
 
     def binding(self) -> dict[str, tuple[float, str]]:
@@ -289,7 +291,24 @@ class Sampling:
         None."""
         return next((p for p in self.probes if p.name == name), None)
 
+    @property
+    def epochs(self) -> list[EpochSummary]:
+        """The epoch summaries kept (none before ``start()``)."""
+        return self.timeline.epochs if self.timeline is not None else []
+
+    def worker_details(self) -> list[dict[str, float]]:
+        """The last reading of each live DataLoader worker."""
+        p = self.probe("workers")
+        return p.per_worker() if p is not None else []
+
+    def worker_reading(self, pid: int) -> dict[str, float] | None:
+        """The last reading of DataLoader worker ``pid``, also after it died."""
+        p = self.probe("workers")
+        return p.last_reading(pid) if p is not None else None
+
     def cgroup_info(self) -> dict[str, Any] | None:
+        """Which memory cgroup is watched, its version and limit, and its OOM-kill counter at
+        start and now (one read); None without a cgroup probe."""
         p = self.probe("cgroup")
         if p is None:
             return None

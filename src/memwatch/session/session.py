@@ -30,6 +30,7 @@ import functools
 import os
 import threading
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -64,6 +65,7 @@ from memwatch.timeline import EpochSummary, Timeline
 if TYPE_CHECKING:
     from typing import Unpack
 
+    from memwatch.analysis.analyzer import Judge
     from memwatch.session.options import WatchOptions
 
 __all__ = ["BOUNDARY_MIN_STEPS", "MAX_FINDINGS", "MemWatch"]
@@ -156,8 +158,8 @@ class MemWatch:
     #: environment, agreed across ranks at start when running distributed.
     job: Part[dict[str, Any]] = Part("_checker", "job")
     #: On rank 0 after a check with an exchange: one summary per rank.
-    rank_summaries: Part[list[Any]] = Part("_checker", "rank_summaries")
-    rank_last_seen: Part[list[Any]] = Part("_checker", "rank_last_seen")
+    rank_summaries: Part[list[dict[str, Any] | None]] = Part("_checker", "rank_summaries")
+    rank_last_seen: Part[list[dict[str, Any] | None]] = Part("_checker", "rank_last_seen")
     recorder: Part[FlightRecorder | None] = Part("_runtime", "recorder")
     #: The black box (None when off, or in an evaluation session).
     blackbox: Part[BlackBox | None] = Part("_runtime", "blackbox")
@@ -189,15 +191,38 @@ class MemWatch:
     interval_s: Part[float | None] = Part("config", "interval_s")
     log_every_n_steps: Part[int] = Part("config", "log_every_n_steps")
     tracemalloc_frames: Part[int] = Part("config", "tracemalloc_frames")
+    # What it answers, each the owning part's method (its documentation is there).
+    #: ``latest()``: the last sample as a flat dict of metric -> value (bytes, counts).
+    latest: Part[Callable[[], dict[str, float]]] = Part("_sampling", "latest")
+    #: ``limits()``: the byte limit per metric that binds first.
+    limits: Part[Callable[[], dict[str, float]]] = Part("_sampling", "limits")
+    #: The epoch summaries kept.
+    epochs: Part[list[EpochSummary]] = Part("_sampling", "epochs")
+    worker_details: Part[Callable[[], list[dict[str, float]]]] = Part("_sampling",
+                                                                       "worker_details")
+    worker_reading: Part[Callable[[int], dict[str, float] | None]] = Part("_sampling",
+                                                                           "worker_reading")
+    cgroup_info: Part[Callable[[], dict[str, Any] | None]] = Part("_sampling", "cgroup_info")
+    #: ``sensitivity()``: per leak metric, the smallest leak the last check could count.
+    sensitivity: Part[Callable[[], dict[str, float]]] = Part("_checker", "sensitivity")
+    #: ``costs()``: seconds memwatch's own work off the hot path took, by part.
+    costs: Part[Callable[[], dict[str, float]]] = Part("_costs", "snapshot")
+    # The flight recorder's entry points and the graceful stop (the runtime's).
+    dump: Part[Callable[..., Path | None]] = Part("_runtime", "dump")
+    handle_exception: Part[Callable[[BaseException], Path | None]] = Part(
+        "_runtime", "handle_exception")
+    capture_oom: Part[Callable[[], AbstractContextManager[None]]] = Part("_runtime",
+                                                                          "capture_oom")
+    request_stop: Part[Callable[[str], None]] = Part("_runtime", "request_stop")
 
     @property
-    def analyzer(self) -> Any:
+    def analyzer(self) -> Judge | None:
         """The analyzer (None when ``analyze=False`` or it failed to start). Any object with
         ``check(summary, context) -> list[Finding]`` may replace it."""
         return self._checker.analyzer
 
     @analyzer.setter
-    def analyzer(self, analyzer: Any) -> None:
+    def analyzer(self, analyzer: Judge | None) -> None:
         self._checker.use_analyzer(analyzer)
 
     def plan_run(self, total_steps: int | None = None,
@@ -383,52 +408,11 @@ class MemWatch:
         with self._costs.timed("sinks"):
             self._sinks.metrics(step, self.latest())
 
-    def sensitivity(self) -> dict[str, float]:
-        """Per leak metric, the smallest leak (bytes a step) this run's last check could count
-        as growth, from that unit's measured noise and its number of steps (empty before the
-        first check, or without the analyzer). See docs/findings.md."""
-        analyzer = self.analyzer
-        fn = getattr(analyzer, "sensitivity", None)
-        return dict(fn()) if callable(fn) else {}
-
-    def costs(self) -> dict[str, float]:
-        """Seconds memwatch's own work off the hot path took so far, by part (``census``,
-        ``attribution``, ``verdicts``, ``tracemalloc``, ``background reads``, ``slow refresh``
-        (the slow reads a unit starts with, at its first step), ``black box``, ``sinks``,
-        ``start``), with their ``total`` and the run's ``elapsed`` wall time since ``start()``.
-        Background parts are the sampler thread's CPU time; the others the training thread's
-        wall time. The optional part of that work (a census the series only
-        hints at, background passes more often than their cost allows) stays within 1% of the
-        run: see ``docs/benchmarks.md``."""
-        return self._costs.snapshot()
-
     def add_sink(self, sink: Any) -> None:
         """Add a :class:`memwatch.sinks.Sink` (integrations call this once they found a logger)."""
         self._sinks.add(sink)
         if self._running:
             self._plan()
-
-    def request_stop(self, reason: str) -> None:
-        """Ask the run to stop gracefully (the watchdog's ``"stop"`` action): sets
-        :attr:`should_stop` and :attr:`stop_reason` (the first reason is kept)."""
-        self._runtime.request_stop(reason)
-
-    # ------------------------------------------------------------------ flight recorder
-    def dump(self, reason: str, exc: BaseException | None = None) -> Path | None:
-        """Write a bundle now (``trigger="manual"``); returns its path, or None (never raises)."""
-        return self._runtime.dump(reason, exc)
-
-    def handle_exception(self, exc: BaseException) -> Path | None:
-        """The one entry point for a failure: classify ``exc``, write a bundle if configured for
-        its class (reusing the pre-unwind OOM capture), tag ``exc`` with a note and a
-        ``memwatch_bundle`` attribute. Never replaces or swallows ``exc``; one bundle per
-        exception."""
-        return self._runtime.handle_exception(exc)
-
-    def capture_oom(self) -> AbstractContextManager[None]:
-        """An OOM raised inside gets a bundle (whatever ``bundle_on`` says); every exception is
-        re-raised unchanged."""
-        return self._runtime.capture_oom()
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -456,22 +440,6 @@ class MemWatch:
         if self._running:  # the periodic work was scheduled from the old step count
             self._plan()
 
-    # ------------------------------------------------------------------ reading
-    def latest(self) -> dict[str, float]:
-        """The last sample as a flat dict of metric -> value (bytes, counts)."""
-        return self._sampling.latest()
-
-    @property
-    def epochs(self) -> list[EpochSummary]:
-        tl = self.timeline
-        return tl.epochs if tl is not None else []
-
-    def limits(self) -> dict[str, float]:
-        """Known byte limits per metric (device total, cgroup or physical memory); inside a
-        memory cgroup a host or worker metric's limit is its own value plus the room the cgroup
-        has left."""
-        return self._sampling.limits()
-
     def after_fork_in_child(self) -> None:
         """In a forked child (a DataLoader worker), which inherits a copy of this session: it
         must not sample, write bundles or join a thread that does not exist there."""
@@ -481,19 +449,6 @@ class MemWatch:
         self._runtime.after_fork_in_child()
         self._checker.after_fork_in_child()
 
-    def worker_details(self) -> list[dict[str, float]]:
-        p = self._sampling.probe("workers")
-        return p.per_worker() if p is not None else []
-
-    def worker_reading(self, pid: int) -> dict[str, float] | None:
-        """The last reading of DataLoader worker ``pid``, also after it died."""
-        p = self._sampling.probe("workers")
-        return p.last_reading(pid) if p is not None else None
-
-    def cgroup_info(self) -> dict[str, Any] | None:
-        """Which memory cgroup is watched, its version and limit, and its OOM-kill counter at
-        start and now (one read); None without a cgroup probe."""
-        return self._sampling.cgroup_info()
 
 
 #: Every started session: a forked child (a DataLoader worker) makes its copies inert.

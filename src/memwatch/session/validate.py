@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memwatch.analysis.context import AnalyzerConfig
-from memwatch.analysis.culprits.allocations import DEFAULT_FRAMES, MAX_FRAMES
+from memwatch.analysis.culprits.census.allocations import DEFAULT_FRAMES, MAX_FRAMES
 from memwatch.core.errors import ConfigError
 from memwatch.core.safefs import modes
 from memwatch.runtime.dispatch import SinkSet, validate_sinks

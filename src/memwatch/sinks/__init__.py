@@ -3,6 +3,7 @@
 ======================================  ========================================================
 sink                                    what it writes
 ======================================  ========================================================
+:class:`NullSink`                       nothing: a base to subclass, overriding what you need
 :class:`MemorySink`                     Python lists (tests, notebooks)
 :class:`JsonlSink`                      an append-only, rotated JSON-lines event log
 :class:`memwatch.sinks.wandb.WandbSink`          the user's W&B run: charts, findings table, leak
@@ -25,12 +26,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from memwatch.sinks.base import CheckReport, FindingsSink, Sink, SinkSet, validate_sinks
+from memwatch.sinks.base import CheckReport, FindingsSink, NullSink, Sink, SinkSet, validate_sinks
 from memwatch.sinks.jsonl import JsonlSink
 from memwatch.sinks.memory import MemorySink
 
-__all__ = ["CheckReport", "FindingsSink", "JsonlSink", "MemorySink", "PrometheusSink", "Sink",
-           "SinkSet", "WandbSink", "validate_sinks"]
+__all__ = ["CheckReport", "FindingsSink", "JsonlSink", "MemorySink", "NullSink", "PrometheusSink",
+           "Sink", "SinkSet", "WandbSink", "validate_sinks"]
 
 
 def __getattr__(name: str) -> Any:

@@ -54,9 +54,11 @@ from typing import Any
 
 from memwatch.core.errors import ConfigError, UnsafePathError
 from memwatch.core.jsonable import jsonable
+from memwatch.core.logfiles import log_files, log_lines
 from memwatch.core.protocols import CheckReport
 from memwatch.core.redact import redact_obj
 from memwatch.core.safefs import check_dir_stat, modes, open_append
+from memwatch.core.untrusted import loads_json
 
 __all__ = ["JsonlSink", "read_events"]
 
@@ -156,19 +158,23 @@ class JsonlSink:
 
 
 def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Every event of a log and its rotated files, oldest first (a torn last line is skipped)."""
-    p = Path(path)
-    files = sorted(p.parent.glob(p.name + ".*"), key=lambda q: -int(q.suffix[1:])
-                   if q.suffix[1:].isdigit() else 0)
-    files = [q for q in files if q.suffix[1:].isdigit()] + ([p] if p.exists() else [])
+    """Every event of a log and its rotated files, oldest first (a torn last line is skipped).
+
+    Read as untrusted (:func:`memwatch.core.logfiles.log_lines`: regular files only, never
+    through a symlink, the newest 64 MiB); raises ``OSError`` (an
+    :class:`memwatch.core.errors.UnsafePathError` for a FIFO, a device or a symlink)."""
     out: list[dict[str, Any]] = []
-    for q in files:
-        with open(q, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    continue
+    try:
+        log_files(path)
+    except FileNotFoundError:
+        return out
+    for _, _, line in log_lines(path, []):
+        try:
+            ev = loads_json(line, "line")
+        except ValueError:
+            continue
+        if isinstance(ev, dict):
+            out.append(ev)
     return out
 
 

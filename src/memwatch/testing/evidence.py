@@ -1,6 +1,6 @@
 """A recorded stand-in for the live process: test a rule without a process to look at.
 
-:class:`RecordedEvidence` implements :class:`memwatch.analysis.context.Evidence` with values given
+:class:`RecordedEvidence` implements :class:`memwatch.analysis.evidence.Evidence` with values given
 up front (what an attribution found, how much a Dataset holds, which files are mapped) and
 records what the analyzer asked of it, so a test can drive :class:`memwatch.analysis.Analyzer`
 over scripted summaries and check both the verdicts and the instruments they took.
@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
-from memwatch.analysis.culprits.evidence import (
+from memwatch.analysis.evidence import (
     Attribution,
     Census,
     CensusPair,

@@ -1,14 +1,24 @@
 """Culprit forensics: what grew and who holds it. Everything here runs at checks only, never per
-step, and everything that walks the live heap lives here (the rules only read its values).
+step, and everything that walks the live heap lives here (the rules only read its values,
+:mod:`memwatch.analysis.evidence`).
 
-The vocabulary (:mod:`.evidence`: censuses, growths, holders, attributions) and how a culprit
-reads (:mod:`.wording`) are plain values and pure functions. The instruments: a census of live
-tensors and large containers (:mod:`.census`, with autograd graphs :mod:`.graphs` and weighed
-Python objects :mod:`.weigh`), the holder walk (:mod:`.holders`, one hop at a time in
-:mod:`.referrers`, running frames in :mod:`.frames`, names in :mod:`.names`), allocation sites
-(:mod:`.allocations` and :mod:`.sites` for tracemalloc, :mod:`.device_sites` for the device
-allocator's history, judged in :mod:`.traced`), DataLoaders that keep workers (:mod:`.loaders`),
-and one answer to "is this the user's code, or memwatch's own?" (:mod:`.ownership`).
+A culprit is found in four stages, each a folder that imports only the ones before it:
+
+1. :mod:`.census` — what lives now: a census of live tensors, autograd graphs
+   (:mod:`.census.graphs`) and large containers (:mod:`.census.containers`), diffed against the
+   previous one; Python allocations by site when tracing (:mod:`.census.allocations`,
+   :mod:`.census.sites`); and whose code an object is (:mod:`.census.ownership`: the user's, or
+   memwatch's own, which is never counted).
+2. :mod:`.growth` — what the growth is, in bytes: grown containers weighed
+   (:mod:`.growth.weigh`), allocation sites weighed against host growth (:mod:`.growth.traced`),
+   device tensors joined to where they were allocated (:mod:`.growth.device_sites`).
+3. :mod:`.holders` — who keeps it alive: the holder walk (:mod:`.holders.holders`, one hop at a
+   time in :mod:`.holders.referrers`, running frames in :mod:`.holders.frames`, names in
+   :mod:`.holders.names`, the bounds a holder carries itself in :mod:`.holders.bounds`),
+   and the DataLoaders that keep workers (:mod:`.holders.loaders`).
+4. :mod:`.wording` — how a culprit reads in a finding (pure functions of an attribution).
+
+:func:`.attribution.attribute` runs stages 1-3 for one metric's growth, and
 :class:`.live.LiveEvidence` puts them behind the analyzer's one port
-(:class:`memwatch.analysis.context.Evidence`).
+(:class:`memwatch.analysis.evidence.Evidence`).
 """

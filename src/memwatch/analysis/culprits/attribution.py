@@ -1,13 +1,14 @@
-"""Attribution: from the growth of a metric to the objects that explain it, and who holds them.
+"""Attribution: from the growth of a metric to the objects that explain it, and who holds them:
+the stages of :mod:`memwatch.analysis.culprits` run for one growth.
 
-Two censuses of live objects taken at two checks (:mod:`.census`) are diffed; the groups that
-grew are ranked by the bytes they hold (a tensor with autograd history counts the saved tensors
-of its graph too), and for the first candidates a bounded walk names the holder (:mod:`.holders`).
-On the host, growth that no live object explains is allocator retention, not a leak. With tracing
-on, allocation sites (:mod:`.allocations`, judged by :mod:`.traced`) add what the census cannot
-see.
+Two censuses of live objects taken at two checks (:mod:`.census.census`) are diffed; the groups
+that grew are ranked by the bytes they hold (a tensor with autograd history counts the saved
+tensors of its graph too; grown containers are weighed, :mod:`.growth.weigh`), and for the first
+candidates a bounded walk names the holder (:mod:`.holders.holders`). On the host, growth that no
+live object explains is allocator retention, not a leak. With tracing on, allocation sites
+(:mod:`.census.allocations`, judged by :mod:`.growth.traced`) add what the census cannot see.
 
-The result is one typed :class:`~memwatch.analysis.culprits.evidence.Attribution` record, which
+The result is one typed :class:`~memwatch.analysis.evidence.Attribution` record, which
 the culprit wording (:mod:`.wording`) and the finding's evidence are built from.
 """
 
@@ -19,11 +20,12 @@ import types
 from typing import Any
 
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
-from memwatch.analysis.culprits import census as census_mod
-from memwatch.analysis.culprits import device_sites, weigh
-from memwatch.analysis.culprits import holders as holders_mod
-from memwatch.analysis.culprits.evidence import Attribution, CensusPair, GroupGrowth
-from memwatch.analysis.culprits.evidence import ContainerGrowth as _Container
+from memwatch.analysis.culprits.census import census as census_mod
+from memwatch.analysis.culprits.census.containers import container_growth
+from memwatch.analysis.culprits.growth import device_sites, weigh
+from memwatch.analysis.culprits.holders import holders as holders_mod
+from memwatch.analysis.evidence import Attribution, CensusPair, GroupGrowth
+from memwatch.analysis.evidence import ContainerGrowth as _Container
 from memwatch.analysis.stats.shapes import EpochStats
 
 __all__ = ["alloc_sites_of", "attribute"]
@@ -59,7 +61,7 @@ def attribute(metric: str, cur: EpochStats, pair: CensusPair | None,
     # needs the same owner growing across checks; a container made anew since then (an index
     # permutation a sampler rebuilds every epoch, a per-step dict inside a growing log) is at
     # most part of an owner's growth, never an owner itself.
-    grown = [g for g in weigh.container_growth(prev.census.containers, rec.census.containers)
+    grown = [g for g in container_growth(prev.census.containers, rec.census.containers)
              if not g.new] if host else []
     owners = {g.obj_id: g.len_delta for g in grown}
     # Candidates: growing tensor groups (storages and autograd graphs, by bytes; a scalar loss
@@ -233,7 +235,7 @@ def _held_from_python(ids: list[int], ignore: set[int], limit: int = 8) -> list[
 
 def _largest_graph(g: GroupGrowth, objs: dict[int, Any]) -> tuple[int, int]:
     """(id, nodes) of the tensor of ``g`` with the largest autograd graph (of those found)."""
-    from memwatch.analysis.culprits.graphs import graph_size
+    from memwatch.analysis.culprits.census.graphs import graph_size
 
     best, nodes = (g.new_ids or g.group.ids)[0], -1
     ids = [*_graph_sample(g), *_held_from_python(g.group.ids, ignore={id(objs)})]

@@ -1,5 +1,5 @@
 """The live process as evidence: the one implementation of
-:class:`memwatch.analysis.context.Evidence` that walks the heap and reads ``/proc``.
+:class:`memwatch.analysis.evidence.Evidence` that walks the heap and reads ``/proc``.
 
 A session makes one and hands it to its analyzer; it keeps the censuses of the last two checks
 (memory stays bounded: two censuses, whatever the run length) so that each check's verdicts can
@@ -15,17 +15,17 @@ import sys
 from typing import Any
 
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
-from memwatch.analysis.culprits import census as census_mod
 from memwatch.analysis.culprits.attribution import attribute
-from memwatch.analysis.culprits.evidence import (
+from memwatch.analysis.culprits.census import census as census_mod
+from memwatch.analysis.culprits.growth.traced import attribute_traced
+from memwatch.analysis.culprits.holders.loaders import dataset_bytes, loaders_with_workers
+from memwatch.analysis.evidence import (
     Attribution,
     CensusPair,
     CensusRecord,
     Holder,
     HolderSize,
 )
-from memwatch.analysis.culprits.loaders import dataset_bytes, loaders_with_workers
-from memwatch.analysis.culprits.traced import attribute_traced
 from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.core.costs import Costs
 from memwatch.probes import procfs

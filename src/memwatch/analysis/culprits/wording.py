@@ -1,7 +1,7 @@
 """How a culprit reads: from an attribution (what grew, who holds it, where it was allocated) to
 the finding's ``culprit`` line, suggestions specific to that culprit, and a sentence of detail.
 
-Pure functions of :class:`~memwatch.analysis.culprits.evidence.Attribution` values: the rules
+Pure functions of :class:`~memwatch.analysis.evidence.Attribution` values: the rules
 call :func:`culprit_of`; nothing here walks the heap.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from memwatch.analysis.culprits.evidence import Attribution
+from memwatch.analysis.evidence import Attribution
 from memwatch.core.units import fmt_bytes
 
 __all__ = ["container_culprit", "culprit_of", "graph_culprit", "site_suggestions"]

@@ -4,7 +4,7 @@ A rule is a :class:`Rule` value: a name, the finding kinds it may return, which 
 once per run, and a ``judge`` function of one input (a :class:`RuleInput` at every check; the
 cross-rank rule judges the ranks' summaries instead). The input is everything a verdict may use:
 this check's summary and statistics, the units judged per metric, the check's context and
-tuning, and the :class:`~memwatch.analysis.context.Evidence` port (the only way a rule learns
+tuning, and the :class:`~memwatch.analysis.evidence.Evidence` port (the only way a rule learns
 anything about the live process). A rule never walks the heap or reads ``/proc`` itself
 (``tests/test_architecture.py`` checks its imports), so it can be tested from recorded values.
 
@@ -30,10 +30,11 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Generic, TypeVar
 
-from memwatch.analysis.context import AnalyzerConfig, CheckContext, Evidence
-from memwatch.analysis.culprits.evidence import Attribution, CensusPair
+from memwatch.analysis.context import AnalyzerConfig, CheckContext
+from memwatch.analysis.evidence import Attribution, CensusPair, Evidence
+from memwatch.analysis.stats.forecast import consequence
 from memwatch.analysis.stats.shapes import EpochStats
-from memwatch.core.findings import Finding
+from memwatch.core.findings import Finding, Severity
 from memwatch.timeline import EpochSummary
 
 __all__ = ["Rule", "RuleInput", "SubRule", "dedupe"]
@@ -78,6 +79,11 @@ class RuleInput:
         if self.ctx.mapped_files is not None:
             return self.ctx.mapped_files()
         return self.evidence.mapped_files()
+
+    def severity(self, steps_to_oom: float | None, cur: EpochStats) -> Severity:
+        """Severity by consequence (:func:`memwatch.analysis.stats.forecast.consequence`) of a
+        growth that reaches its limit in ``steps_to_oom`` steps, judged on ``cur``."""
+        return consequence(steps_to_oom, cur, self.ctx.remaining(cur), self.cfg.critical_checks)
 
     def traced_explains(self, metric: str) -> bool:
         """This check's live traced Python allocations (``tracemalloc=``) grew by a fair share

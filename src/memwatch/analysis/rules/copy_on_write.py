@@ -15,7 +15,7 @@ both alike; copying shared pages raises USS alone, so the difference is the copy
 the settled window began, which on a loaded machine is after most of it). Then:
 
 * per worker, the rise is at most what the Dataset's Python objects occupy (the evidence port's
-  :meth:`~memwatch.analysis.context.Evidence.dataset_bytes`: the pages reading them can write,
+  :meth:`~memwatch.analysis.evidence.Evidence.dataset_bytes`: the pages reading them can write,
   array buffers and tensor storages left out since reading never writes them): a worker can
   copy no more than it reads, and a rise beyond that is something else. Without that figure
   (the loaders could not be found), ``AnalyzerConfig.cow_min_per_worker`` stands in for the

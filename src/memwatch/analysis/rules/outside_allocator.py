@@ -9,8 +9,7 @@ held across checks is its own verdict, with advice about those owners, not about
 from __future__ import annotations
 
 from memwatch.analysis.rules.base import Rule, RuleInput
-from memwatch.analysis.stats.forecast import consequence, remaining_steps, steps_to_limit
-from memwatch.analysis.stats.held import verdict
+from memwatch.analysis.stats.forecast import steps_to_limit
 from memwatch.core.findings import Finding
 from memwatch.core.units import fmt_bytes
 
@@ -25,7 +24,7 @@ def judge(inp: RuleInput) -> list[Finding]:
     """A leak of device memory outside the caching allocator (said once)."""
     ctx, cfg = inp.ctx, inp.cfg
     hist = inp.history.get(METRIC, [])
-    if len(hist) < 3 or verdict(hist, cfg) != "leak":
+    if len(hist) < 3 or cfg.held(hist) != "leak":
         return []  # three units: the context and workspaces come up during the first two
     cur = hist[-1]
     steps = sum(h.n_steps for h in hist[-3:-1]) or cur.n_steps
@@ -33,7 +32,7 @@ def judge(inp: RuleInput) -> list[Finding]:
     slope = grew / max(steps, 1)
     limit = ctx.limit("device.reserved")
     steps_to_oom = steps_to_limit(limit, cur.peak, slope)
-    severity = consequence(steps_to_oom, cur, ctx, cfg)
+    severity = inp.severity(steps_to_oom, cur)
     msg = (
         f"Device memory outside PyTorch's caching allocator grows: {fmt_bytes(hist[-3].floor)} → "
         f"{fmt_bytes(cur.floor)} over the last {len(hist[-3:])} checks ({fmt_bytes(slope)} per "
@@ -60,7 +59,7 @@ def judge(inp: RuleInput) -> list[Finding]:
             "route them through PyTorch's allocator or free what they allocate.",
         ],
         evidence={"floors": [h.floor for h in hist[-6:]],
-                  "remaining_steps": remaining_steps(cur, ctx)},
+                  "remaining_steps": ctx.remaining(cur)},
     )]
 
 

@@ -64,6 +64,13 @@ def cross_rank_findings(summaries: Sequence[dict[str, Any] | None], missing: Seq
             suggestions=["Look for that rank's bundle: `memwatch ls <out_dir>` groups them by "
                          "job and rank."],
             evidence={"ranks": absent, "timeout_s": timeout_s}))
+    # Where each rank runs: named when the job spans several nodes (hosts).
+    where = {int(s["rank"]): _node_name(s) for s in alive}
+    several = len(set(where.values())) > 1
+
+    def on(r: int) -> str:
+        return f" on {where[r]}" if several and r in where else ""
+
     # Leaks on some ranks only.
     leak_by_metric: dict[str, dict[int, dict[str, Any]]] = {}
     for s in alive:
@@ -77,13 +84,15 @@ def cross_rank_findings(summaries: Sequence[dict[str, Any] | None], missing: Seq
         rates = {r: by_rank[r]["bytes_per_step"] for r in ranks}
         scope = (f"only on rank(s) {', '.join(map(str, ranks))} of {world}" if only_some
                  else f"on every rank ({world})")
+        if only_some and on(ranks[0]):
+            scope += " (" + ", ".join(f"rank {r}{on(r)}" for r in ranks) + ")"
         msg = (f"{metric} leaks {scope}: "
                + ", ".join(f"rank {r} {fmt_bytes(v or 0)}/step" for r, v in rates.items()) + ".")
         if only_some:
             msg += (" A leak on some ranks only points at rank-dependent code: logging or "
                     "evaluation on rank 0, uneven shards, a cache keyed by rank.")
         if worst[1]["steps_to_oom"] is not None:
-            msg += (f" Rank {worst[0]} runs out first, in about "
+            msg += (f" Rank {worst[0]}{on(worst[0])} runs out first, in about "
                     f"{worst[1]['steps_to_oom']:,.0f} steps.")
         # As grave as the gravest rank's own verdict: growth that cannot kill this run on any
         # rank is information here too.
@@ -92,10 +101,10 @@ def cross_rank_findings(summaries: Sequence[dict[str, Any] | None], missing: Seq
         out.append(origin.finding(
             rule=NAME, kind="rank_leak", metric=metric, severity=sev, message=msg,
             bytes_per_step=max((v or 0.0) for v in rates.values()),
-            steps_to_oom=worst[1]["steps_to_oom"], culprit=f"rank {worst[0]}: "
+            steps_to_oom=worst[1]["steps_to_oom"], culprit=f"rank {worst[0]}{on(worst[0])}: "
             + (worst[1]["culprit"] or "see that rank's findings"),
             evidence={"ranks": ranks, "only_some_ranks": only_some, "bytes_per_step": rates,
-                      "world_size": world},
+                      "world_size": world, "nodes": {r: where[r] for r in ranks}},
             rank=worst[0]))
     # Ranks close to their limit: the job's first OOM will be on one of them.
     near_by_metric: dict[str, dict[int, str]] = {}
@@ -113,7 +122,7 @@ def cross_rank_findings(summaries: Sequence[dict[str, Any] | None], missing: Seq
         msg = (f"{metric} is near its limit on rank(s) {', '.join(map(str, ranks))} of {world}: "
                + ", ".join(f"rank {r} at {shares[r]:.0%}" for r in ranks if r in shares)
                + (f" of {fmt_bytes(limit)}" if limit else "")
-               + f". The job's first OOM will most likely be on rank {closest}"
+               + f". The job's first OOM will most likely be on rank {closest}{on(closest)}"
                + (f"; the other ranks peak at {max(others):.0%} at most." if others else "."))
         sev_near: Severity = "critical" if "critical" in sev_by_rank.values() else "warning"
         out.append(origin.finding(
@@ -137,12 +146,20 @@ def cross_rank_findings(summaries: Sequence[dict[str, Any] | None], missing: Seq
         if ratio > 1.2:
             out.append(origin.finding(
                 rule=NAME, kind="rank_imbalance", metric=metric, severity="info",
-                message=(f"{metric} peaks differ across ranks: rank {hi_r} at {fmt_bytes(hi)}, "
-                         f"rank {lo_r} at {fmt_bytes(lo)} ({ratio:.2f}x). The highest rank "
-                         "decides when the job runs out of memory."
+                message=(f"{metric} peaks differ across ranks: rank {hi_r}{on(hi_r)} at "
+                         f"{fmt_bytes(hi)}, rank {lo_r}{on(lo_r)} at {fmt_bytes(lo)} "
+                         f"({ratio:.2f}x). The highest rank decides when the job runs out of "
+                         "memory."
                          + (f" It is at {hi / limit:.0%} of its limit." if limit else "")),
                 evidence={"peaks": peaks, "imbalance": ratio}, rank=hi_r))
     return out
+
+
+def _node_name(summary: dict[str, Any]) -> str:
+    """The node a rank's summary says it runs on (its launcher's name for it, else its host)."""
+    node = summary.get("node")
+    name = node.get("name") if isinstance(node, dict) else None
+    return str(name or summary.get("host") or "?")
 
 
 RULE: Rule[RankInput] = Rule(

@@ -16,7 +16,7 @@ rules (:mod:`.workers`, :mod:`.copy_on_write`) say nothing.
 from __future__ import annotations
 
 from memwatch.analysis.rules.base import Rule, RuleInput
-from memwatch.analysis.stats.forecast import consequence, remaining_steps, steps_to_limit
+from memwatch.analysis.stats.forecast import steps_to_limit
 from memwatch.analysis.stats.settle import COUNT, count_rising
 from memwatch.analysis.stats.shapes import last_value
 from memwatch.core.findings import Finding
@@ -30,7 +30,7 @@ NAME = "worker_count"
 def judge(inp: RuleInput) -> list[Finding]:
     """A ``worker_count`` leak when the count's floor rose at each of the last two checks; the
     evidence port names who keeps the DataLoaders (asked only then)."""
-    history, ctx, cfg = inp.history, inp.ctx, inp.cfg
+    history, ctx = inp.history, inp.ctx
     if ctx.defer_leaks or "workers.uss" not in inp.stats or COUNT not in inp.summary.keys \
             or not last_value(inp.summary, COUNT):
         return []
@@ -49,7 +49,7 @@ def judge(inp: RuleInput) -> list[Finding]:
     limit = ctx.limit("host.rss")
     peak = uss[-1].peak
     steps_to_oom = steps_to_limit(limit, peak, slope)
-    severity = consequence(steps_to_oom, uss[-1], ctx, cfg)
+    severity = inp.severity(steps_to_oom, uss[-1])
     seconds = None if steps_to_oom is None else steps_to_oom * uss[-1].seconds_per_step
     loaders, holder = inp.evidence.loaders_with_workers()
     where = holder.describe() if holder is not None else None
@@ -85,7 +85,7 @@ def judge(inp: RuleInput) -> list[Finding]:
         evidence={"pattern": "worker_count", "count_floors": [h.floor for h in count[-6:]],
                   "uss_floors": [h.floor for h in uss[-6:]], "per_worker_bytes": per_worker,
                   "loaders_with_workers": loaders, "holder": where,
-                  "remaining_steps": remaining_steps(uss[-1], ctx)},
+                  "remaining_steps": ctx.remaining(uss[-1])},
     )]
 
 

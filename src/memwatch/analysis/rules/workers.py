@@ -16,8 +16,7 @@ import math
 
 from memwatch.analysis.rules.base import Rule, RuleInput
 from memwatch.analysis.rules.words import accumulation, forecast_words, plateau, span, where
-from memwatch.analysis.stats.forecast import consequence, remaining_steps, steps_to_limit
-from memwatch.analysis.stats.held import verdict
+from memwatch.analysis.stats.forecast import steps_to_limit
 from memwatch.analysis.stats.settle import COUNT, count_rising
 from memwatch.analysis.stats.shapes import EpochStats, last_value
 from memwatch.core.findings import Finding, Origin, Severity
@@ -46,7 +45,7 @@ def judge(inp: RuleInput) -> list[Finding]:
     # Units in which workers of today were not all up yet are no evidence (their statistics
     # already start where every worker of the unit was up).
     steady = _steady(hist, history.get(COUNT, []))
-    v = verdict(steady, cfg) if len(steady) >= 2 else "pending"
+    v = cfg.held(steady) if len(steady) >= 2 else "pending"
     if v == "leak" and len(steady) == 2 and _slowing(steady, cfg.deceleration):
         v = "pending"  # a worker's warm-up levels off: the third unit tells
     if v == "leak" and not _private_growth(steady, rss_hist):
@@ -57,8 +56,8 @@ def judge(inp: RuleInput) -> list[Finding]:
             (steady[-1].floor - steady[-2].floor) / max(cur.n_steps, 1)
         steps_to_oom = steps_to_limit(limit, cur.peak, slope)
         return [worker_leak(ctx.origin, metric, steady, slope, int(count), steps_to_oom,
-                            consequence(steps_to_oom, cur, ctx, cfg), limit=limit,
-                            remaining=remaining_steps(cur, ctx),
+                            inp.severity(steps_to_oom, cur), limit=limit,
+                            remaining=ctx.remaining(cur),
                             run_known=bool(ctx.total_steps),
                             limit_name=ctx.limit_name("host.rss"))]
     if v == "accumulation":

@@ -13,14 +13,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.core.findings import Severity
 from memwatch.timeline import EpochSummary
-
-if TYPE_CHECKING:
-    from memwatch.analysis.context import AnalyzerConfig, CheckContext
 
 __all__ = ["consequence", "forecast", "remaining_steps", "steps_to_limit"]
 
@@ -63,20 +59,21 @@ def forecast(metric: str, summary: EpochSummary, cur: EpochStats, slope: float,
     return peak_now, best
 
 
-def remaining_steps(cur: EpochStats, ctx: CheckContext) -> float:
-    """Steps this run has left: from its planned length when known, else the steps that fit in
-    ``ctx.horizon_s`` of wall time at the current pace."""
-    if ctx.total_steps:
-        return max(float(ctx.total_steps) - float(ctx.steps_done), 0.0)
-    return ctx.horizon_s / max(cur.seconds_per_step, 1e-9)
+def remaining_steps(cur: EpochStats, total_steps: int | None, steps_done: int,
+                    horizon_s: float) -> float:
+    """Steps this run has left: from its planned length (``total_steps``) when known, else the
+    steps that fit in ``horizon_s`` of wall time at the current pace."""
+    if total_steps:
+        return max(float(total_steps) - float(steps_done), 0.0)
+    return horizon_s / max(cur.seconds_per_step, 1e-9)
 
 
-def consequence(steps_to_oom: float | None, cur: EpochStats, ctx: CheckContext,
-                cfg: AnalyzerConfig) -> Severity:
-    """Severity by consequence: ``warning`` when the forecast reaches the limit within the run
-    (:func:`remaining_steps`), ``critical`` when that is also within ``critical_checks`` units of
-    the one judged (counted in steps, so that a busy machine says the same); ``info`` otherwise
-    (slower growth, or no limit to forecast against)."""
-    if steps_to_oom is None or steps_to_oom > remaining_steps(cur, ctx):
+def consequence(steps_to_oom: float | None, cur: EpochStats, remaining: float,
+                critical_checks: float) -> Severity:
+    """Severity by consequence: ``warning`` when the forecast reaches the limit within the
+    ``remaining`` steps of the run (:func:`remaining_steps`), ``critical`` when that is also
+    within ``critical_checks`` units of the one judged (counted in steps, so that a busy machine
+    says the same); ``info`` otherwise (slower growth, or no limit to forecast against)."""
+    if steps_to_oom is None or steps_to_oom > remaining:
         return "info"
-    return "critical" if steps_to_oom <= cfg.critical_checks * cur.n_steps else "warning"
+    return "critical" if steps_to_oom <= critical_checks * cur.n_steps else "warning"

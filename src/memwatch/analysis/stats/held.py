@@ -11,14 +11,10 @@ shows a significant trend (RSS rises in stairs while the C allocator fills its f
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from memwatch.analysis.stats.shapes import EpochStats
-
-if TYPE_CHECKING:
-    from memwatch.analysis.context import AnalyzerConfig
 
 __all__ = ["floor_rose", "held_stairs", "stair_tolerance", "verdict", "worth_reporting"]
 
@@ -36,9 +32,10 @@ def stair_tolerance(a: EpochStats, b: EpochStats, k: float) -> float:
     return max(a.resolution, b.resolution, k * spread)
 
 
-def held_stairs(hist: list[EpochStats], cfg: AnalyzerConfig) -> float | None:
+def held_stairs(hist: list[EpochStats], noise_k: float) -> float | None:
     """The height of two equal stairs in a row, the first of them held, when the last two units
-    show them; else None.
+    show them; else None. ``noise_k`` is how many times the noise any growth must pass
+    (:class:`memwatch.analysis.stats.shapes.ShapeConfig`'s field of that name).
 
     Growth that comes at boundaries (an evaluation keeping its outputs, an epoch-end hook
     keeping a copy) shows at the check that closes a unit: the closing reading stands above the
@@ -60,31 +57,36 @@ def held_stairs(hist: list[EpochStats], cfg: AnalyzerConfig) -> float | None:
     thr = max(prev.resolution, cur.resolution)
     if s1 <= thr or s2 <= thr:
         return None
-    tol = stair_tolerance(prev, cur, cfg.shape.noise_k)
+    tol = stair_tolerance(prev, cur, noise_k)
     held = cur.floor - prev.lo_end
     if held < s1 - tol - (cur.threshold - cur.resolution) or abs(s2 - s1) > tol:
         return None
     return (s1 + s2) / 2
 
 
-def verdict(hist: list[EpochStats], cfg: AnalyzerConfig) -> str:
-    """'leak', 'accumulation', 'decelerating', 'pending' or 'none' for the latest epoch."""
+def verdict(hist: list[EpochStats], carry_fraction: float, deceleration: float,
+            noise_k: float) -> str:
+    """'leak', 'accumulation', 'decelerating', 'pending' or 'none' for the latest unit:
+    ``carry_fraction`` is the share of the previous unit's rise that must still be held,
+    ``deceleration`` the share of its slope under which growth is saturating, ``noise_k`` how many
+    times the noise two equal stairs must pass (:func:`held_stairs`; the fields of those names
+    of :class:`memwatch.AnalyzerConfig` and its ``shape``)."""
     cur = hist[-1]
     prev = hist[-2] if len(hist) >= 2 else None
-    if held_stairs(hist, cfg) is not None:
+    if held_stairs(hist, noise_k) is not None:
         return "leak"
     if prev is not None:
         prev_gain = max(prev.rise, prev.growth if prev.shape == "growing" else 0.0)
         held = cur.floor - prev.floor
         # The previous unit rose, and this one still holds (most of) that rise.
-        carried = prev_gain > prev.threshold and held >= cfg.carry_fraction * prev_gain
+        carried = prev_gain > prev.threshold and held >= carry_fraction * prev_gain
     if cur.shape == "growing":
         if prev is None:
             return "pending"  # one epoch cannot tell a leak from epoch-scoped accumulation
         # A saturating curve (a cache filling, pools settling) keeps growing, only slower every
         # epoch: a leak keeps its rate.
         decelerating = prev.shape == "growing" and \
-            cur.trend.slope_high < cfg.deceleration * prev.slope
+            cur.trend.slope_high < deceleration * prev.slope
         if carried and held > cur.threshold * 0.5 and not decelerating:
             return "leak"
         if decelerating:
@@ -117,9 +119,10 @@ def verdict(hist: list[EpochStats], cfg: AnalyzerConfig) -> str:
     return "none"
 
 
-def worth_reporting(cur: EpochStats, amount: float, cfg: AnalyzerConfig) -> bool:
-    """Informational findings only for changes a person would care about."""
-    return amount >= max(cfg.shape.min_growth_bytes, cfg.info_min_rel * abs(cur.level))
+def worth_reporting(cur: EpochStats, amount: float, min_bytes: float, min_rel: float) -> bool:
+    """Informational findings only for changes a person would care about: at least
+    ``min_bytes`` and ``min_rel`` of the level."""
+    return amount >= max(min_bytes, min_rel * abs(cur.level))
 
 
 def floor_rose(hist: list[EpochStats]) -> bool:

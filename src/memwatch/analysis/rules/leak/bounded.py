@@ -9,7 +9,7 @@ A part of the leak rule (:mod:`.rule`): it runs at a leak verdict whose census n
 
 from __future__ import annotations
 
-from memwatch.analysis.culprits.evidence import Attribution, Bound
+from memwatch.analysis.evidence import Attribution, Bound
 from memwatch.analysis.rules.base import SubRule
 from memwatch.analysis.rules.words import limit_words, where
 from memwatch.core.findings import Finding, Origin
@@ -18,7 +18,7 @@ from memwatch.core.units import fmt_bytes
 __all__ = ["NAME", "PART", "per_item", "to_bound"]
 
 NAME = "bounded"
-PART = SubRule(NAME, frozenset({"plateau"}))
+PART = SubRule(name=NAME, kinds=frozenset({"plateau"}))
 #: The bounded holder must hold this share of what live objects gained between the censuses (of
 #: the growth judged, where the census weighed nothing) to take the leak verdict's place: the
 #: complement of ``AnalyzerConfig.retention_explained`` (growth below that share is not theirs),

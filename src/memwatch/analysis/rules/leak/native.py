@@ -29,10 +29,9 @@ import dataclasses
 from collections.abc import Mapping
 
 from memwatch.analysis.context import AnalyzerConfig
-from memwatch.analysis.culprits.evidence import Attribution
+from memwatch.analysis.evidence import Attribution
 from memwatch.analysis.rules.base import SubRule
 from memwatch.analysis.rules.words import forecast_words, span, where
-from memwatch.analysis.stats.held import held_stairs, verdict
 from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.core.findings import Finding, Origin, Severity
 from memwatch.core.units import fmt_bytes
@@ -110,7 +109,7 @@ def in_use_held(history: Mapping[str, list[EpochStats]], hist: list[EpochStats],
     if len(units) < 2 or any(u is None for u in units):
         return False
     heap = [u for u in units if u is not None]
-    if verdict(heap, cfg) != "leak":
+    if cfg.held(heap) != "leak":
         return False
     in_use_rise = heap[-1].floor - heap[0].floor
     rss_rise = hist[-1].floor - hist[-len(heap)].floor
@@ -133,7 +132,7 @@ def in_use_stairs(history: Mapping[str, list[EpochStats]], hist: list[EpochStats
     if len(units) < 2 or any(u is None for u in units):
         return None
     heap = [u for u in units if u is not None]
-    stair = held_stairs(heap, cfg)
+    stair = cfg.stairs(heap)
     if stair is None:
         return None
     top = max(hist[-1].peak, hist[-1].closing or hist[-1].peak)

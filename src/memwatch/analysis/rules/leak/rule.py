@@ -18,8 +18,8 @@ import logging
 from collections.abc import Mapping
 
 from memwatch.analysis.context import AnalyzerConfig
-from memwatch.analysis.culprits.evidence import Attribution
 from memwatch.analysis.culprits.wording import culprit_of
+from memwatch.analysis.evidence import Attribution
 from memwatch.analysis.rules.base import Rule, RuleInput, SubRule
 from memwatch.analysis.rules.leak import bounded, mapped_file, native
 from memwatch.analysis.rules.words import (
@@ -31,8 +31,7 @@ from memwatch.analysis.rules.words import (
     span,
     where,
 )
-from memwatch.analysis.stats.forecast import consequence, forecast, remaining_steps
-from memwatch.analysis.stats.held import held_stairs, verdict, worth_reporting
+from memwatch.analysis.stats.forecast import forecast
 from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.core.findings import Finding, Origin, Severity
 from memwatch.core.units import fmt_bytes
@@ -48,7 +47,7 @@ METRICS = ("device.allocated", "host.rss", "workers.uss")
 
 #: The session's belief book (:mod:`memwatch.analysis.beliefs`) revises this rule's verdicts at
 #: every later check: growth that stopped is said as a plateau by it, under this name.
-BELIEF = SubRule("belief", frozenset({"plateau"}))
+BELIEF = SubRule(name="belief", kinds=frozenset({"plateau"}))
 
 
 def judge(inp: RuleInput) -> list[Finding]:
@@ -67,7 +66,7 @@ def judge(inp: RuleInput) -> list[Finding]:
             continue  # per-worker growth and copy-on-write: the workers rule
         hist = inp.history[metric]
         if ctx.beside_training:
-            if verdict(hist, inp.cfg) == "accumulation":
+            if inp.cfg.held(hist) == "accumulation":
                 out.append(accumulation(ctx.origin, NAME, metric, hist[-1],
                                         hist[-2] if len(hist) >= 2 else None))
             continue
@@ -82,7 +81,7 @@ def stairs(history: Mapping[str, list[EpochStats]], hist: list[EpochStats],
     """Two equal stairs held at the last two boundaries (their height), on the metric's own
     series or, for RSS, on the C allocator's in-use bytes (where a boundary's memory shows at
     once, RSS only when the allocator runs out of chunks it kept free); None otherwise."""
-    got = held_stairs(hist, inp.cfg)
+    got = inp.cfg.stairs(hist)
     if got is None and hist and hist[-1].metric == "host.rss":
         got = native.in_use_stairs(history, hist, inp.cfg)
     return got
@@ -95,7 +94,7 @@ def judge_metric(inp: RuleInput, metric: str,
     hist = history[metric]
     cur = hist[-1]
     prev = hist[-2] if len(hist) >= 2 else None
-    v = verdict(hist, cfg)
+    v = cfg.held(hist)
     stair = stairs(history, hist, inp)
     if v != "leak" and stair is not None:
         v = "leak"  # held stairs on the allocator's in-use bytes (RSS shows them late)
@@ -106,7 +105,7 @@ def judge_metric(inp: RuleInput, metric: str,
         if found is not None:  # mostly pages of mapped files: the other parts on their own
             parts = mapped_file.parts_history(history)
             out = [f for part in mapped_file.PARTS
-                   if part in parts and verdict(parts[part], cfg) == "leak"
+                   if part in parts and cfg.held(parts[part]) == "leak"
                    for f in judge_metric(inp, part, parts)]
             if not out and inp.pair is not None:
                 # The parts, read in the background, may not show a trend yet (a few reads a
@@ -137,13 +136,13 @@ def judge_metric(inp: RuleInput, metric: str,
     if v == "accumulation":
         return [accumulation(ctx.origin, NAME, metric, cur, prev)]
     if (cur.shape == "plateau" or v == "decelerating") and \
-            worth_reporting(cur, max(cur.rise, cur.growth), cfg):
+            cfg.worth(cur, max(cur.rise, cur.growth)):
         return [plateau(ctx.origin, NAME, metric, cur)]
-    if cur.shape == "step" and len(hist) > 1 and worth_reporting(cur, cur.step_height, cfg):
+    if cur.shape == "step" and len(hist) > 1 and cfg.worth(cur, cur.step_height):
         # (a jump in the first unit is warm-up: optimizer state, lazy initialisation)
         return [step_change(ctx.origin, metric, cur)]
     stair = _held_stair(hist)
-    if v in ("none", "pending") and stair is not None and worth_reporting(cur, stair, cfg):
+    if v in ("none", "pending") and stair is not None and cfg.worth(cur, stair):
         return [held_step(ctx.origin, metric, hist, stair)]
     return []
 
@@ -166,7 +165,7 @@ def _past_placement(hist: list[EpochStats], cfg: AnalyzerConfig,
     since = hist[1:] if without_first and not steady and len(hist) > 2 else hist
     if hist[-1].floor - min(h.floor for h in since) <= cfg.unnamed_min_growth:
         return False
-    return not without_first or steady or (len(hist) >= 4 and verdict(hist[1:], cfg) == "leak")
+    return not without_first or steady or (len(hist) >= 4 and cfg.held(hist[1:]) == "leak")
 
 
 def _held_stair(hist: list[EpochStats]) -> float | None:
@@ -213,11 +212,11 @@ def _unnamed(inp: RuleInput, metric: str, hist: list[EpochStats],
     limit = ctx.limit(metric)
     _, steps_to_oom = forecast(metric, inp.summary, cur, slope, limit, history)
     seconds = None if steps_to_oom is None else steps_to_oom * _pace(cur, inp)
-    severity = consequence(steps_to_oom, cur, ctx, inp.cfg)
+    severity = inp.severity(steps_to_oom, cur)
     return native.in_use_leak(
         origin=ctx.origin, metric=metric, units=hist[-3:], slope=slope, heap=heap,
         limit=limit, limit_name=ctx.limit_name(metric), steps_to_oom=steps_to_oom,
-        seconds_to_oom=seconds, severity=severity, remaining=remaining_steps(cur, ctx),
+        seconds_to_oom=seconds, severity=severity, remaining=ctx.remaining(cur),
         run_known=bool(ctx.total_steps))
 
 
@@ -230,7 +229,7 @@ def _leak_finding(inp: RuleInput, metric: str, hist: list[EpochStats],
     limit = ctx.limit(metric)
     peak_now, steps_to_oom = forecast(metric, inp.summary, cur, slope, limit, history)
     seconds_to_oom = None if steps_to_oom is None else steps_to_oom * _pace(cur, inp)
-    severity = consequence(steps_to_oom, cur, ctx, cfg)
+    severity = inp.severity(steps_to_oom, cur)
     # What live objects must explain: the growth over the stretch between the two censuses,
     # at the judged rate (floors), never two point reads of RSS (a busy machine moves those).
     census_steps = pair[1].step - pair[0].step if pair is not None else cur.n_steps
@@ -265,7 +264,7 @@ def _leak_finding(inp: RuleInput, metric: str, hist: list[EpochStats],
             heap=native.heap_growth(history, units) if len(units) >= 2 else None,
             attribution=attribution, limit=limit, limit_name=ctx.limit_name(metric),
             steps_to_oom=steps_to_oom, seconds_to_oom=seconds_to_oom, severity=severity,
-            remaining=remaining_steps(cur, ctx), run_known=bool(ctx.total_steps))
+            remaining=ctx.remaining(cur), run_known=bool(ctx.total_steps))
     if _optimizer_state(attribution):
         return held_optimizer_state(ctx.origin, metric, hist, attribution)
     filling = bounded.to_bound(origin=ctx.origin, metric=metric, a=attribution,
@@ -278,7 +277,7 @@ def _leak_finding(inp: RuleInput, metric: str, hist: list[EpochStats],
                     slope_ci=(low, high), limit=limit, peak_now=peak_now,
                     steps_to_oom=steps_to_oom, seconds_to_oom=seconds_to_oom,
                     severity=severity, attribution=attribution,
-                    remaining=remaining_steps(cur, ctx), run_known=bool(ctx.total_steps),
+                    remaining=ctx.remaining(cur), run_known=bool(ctx.total_steps),
                     limit_name=ctx.limit_name(metric), stair=stair)
 
 
