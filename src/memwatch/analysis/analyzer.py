@@ -198,10 +198,15 @@ class Analyzer:
     def _stats(self, summary: EpochSummary, metric: str, ctx: CheckContext,
                first: bool) -> EpochStats | None:
         """``metric``'s statistics over ``summary``, with this check's closing reading (less
-        the offset its levels were lowered by) and what ran after the unit's last step."""
+        the offset its levels were lowered by) and what ran after the unit's last step, when
+        the check closes a boundary (an epoch's end, or an evaluation that ran since the last
+        step). A check inside an epoch with nothing run since the last step is no boundary:
+        its reading above the unit's end floor is the unit's own growth over its last tenth
+        (steady growth would read as equal stairs at every such check), so no stair is read."""
         st = self._stats_of(summary, metric, ctx, first)
         closing = ctx.closing.get(metric)
-        if st is not None and closing is not None and math.isfinite(closing):
+        boundary = ctx.at != "interval" or ctx.after is not None
+        if st is not None and boundary and closing is not None and math.isfinite(closing):
             offset = ctx.own_growth if metric in _OWN_GROWTH else \
                 ctx.own_in_use if metric == IN_USE else 0.0
             st.closing = float(closing) - offset
