@@ -134,3 +134,23 @@ def write_results(path: str | Path, quick: bool, **sections: Any) -> Path:
                               indent=1))
     print(f"results written to {out}")
     return out
+
+
+class MlpStep:
+    """A small MLP trained on random data: a real CPU optimizer step of about a millisecond
+    (``step(i)``; ``i`` is ignored). torch is imported when one is made, not with this module."""
+
+    def __init__(self) -> None:
+        import torch
+
+        torch.manual_seed(0)
+        self.model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
+                                         torch.nn.Linear(128, 1))
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01)
+        self.x = torch.randn(32, 64)
+
+    def __call__(self, i: int = 0) -> None:
+        loss = self.model(self.x).pow(2).mean()
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()

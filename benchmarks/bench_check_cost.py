@@ -103,26 +103,9 @@ def big_heap(n_objects: int) -> list[dict[str, Any]]:
     return rows
 
 
-class _Train:
-    """A small MLP trained on random data: a real CPU optimizer step of about a millisecond."""
-
-    def __init__(self) -> None:
-        torch.manual_seed(0)
-        self.model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
-                                         torch.nn.Linear(128, 1))
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01)
-        self.x = torch.randn(32, 64)
-
-    def __call__(self, i: int) -> None:
-        loss = self.model(self.x).pow(2).mean()
-        self.opt.zero_grad()
-        loss.backward()
-        self.opt.step()
-
-
 def long_run(steps: int, block: int = 10_000) -> dict[str, Any]:
     """``steps`` steps at the default check cadence beside the same run with checks off."""
-    train = _Train()
+    train = _common.MlpStep()
     wall = {"defaults": 0.0, "checks off": 0.0}
     check_s: list[float] = []
     check_steps: list[int] = []

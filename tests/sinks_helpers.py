@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,10 @@ GIB, MIB = 1 << 30, 1 << 20
 
 def leak_run(tmp_path: Path, sinks: list[Any], epochs: int = 3, steps: int = 100,
              every: int = 25, oom: bool = False, stop_after: int | None = None,
-             **kw: Any) -> memwatch.MemWatch:
+             after_step: Callable[[int], None] | None = None, **kw: Any) -> memwatch.MemWatch:
     """A FakeDevice run leaking 2 MiB per step (a leak verdict from the second epoch end);
-    ``stop_after``: the leak stops after that many epochs."""
+    ``stop_after``: the leak stops after that many epochs; ``after_step(step)`` after each
+    step (the trainer's own logging, say)."""
     dev = FakeDevice(total_bytes=8 * GIB)
     rng = np.random.default_rng(0)
     last = None if stop_after is None else stop_after * steps
@@ -31,6 +33,8 @@ def leak_run(tmp_path: Path, sinks: list[Any], epochs: int = 3, steps: int = 100
                 dev.set(allocated=int(GIB + held * 2 * MIB + rng.normal(0, 1e5)))
                 mw.step()
                 s += 1
+                if after_step is not None:
+                    after_step(s)
             mw.end_epoch()
         if oom:
             with pytest.raises(Exception) as ei:  # noqa: PT011 - torch's OOM type

@@ -37,6 +37,9 @@ EXPECTED = {
     "plain_loop": ["epoch 0: mean loss", "epoch 1: mean loss", "latest(): ", "host.rss",
                    "finding(s) in total"],
     "demo": ["planted leak", "epoch 1: mean loss"],
+    # A loop of unknown length at the defaults: judged by exit, its dict named, its answer left.
+    "run_answer": ["leak in host.rss, held by run_answer.cache", "1200 steps",
+                   "exit: completed", "memwatch-answer/report.html"],
 }
 
 

@@ -165,6 +165,7 @@ NAMES: tuple[str, ...] = (
     "leak_hook_outputs",
     "leak_hook_per_step",
     "leak_loss_history",
+    "leak_lru_cache",
     "leak_slow",
     "leak_staircase",
     "leak_stored_exceptions",

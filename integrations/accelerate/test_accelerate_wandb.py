@@ -1,5 +1,7 @@
-"""Acceptance (4): memwatch metrics reach an offline W&B run through ``accelerator.log``
-(``Accelerator(log_with="wandb")``), read back from the run's ``.wandb`` transaction log."""
+"""Acceptance (4): memwatch metrics reach an offline W&B run of ``Accelerator(log_with="wandb")``
+through memwatch's W&B sink, which the hook adds on the tracker's run (``accelerator.log`` feeds
+the other trackers): on the loop's own rows, read back from the run's ``.wandb`` transaction
+log."""
 
 from __future__ import annotations
 
@@ -48,16 +50,20 @@ def test_metrics_and_findings_reach_an_offline_wandb_run(
     while time.monotonic() < deadline:
         logs = list(run_dir.glob("*.wandb"))
         rows = wandb_history(logs[0]) if logs else []
-        if any(r.get("_step") == 144 and "memwatch/findings/count" in r
-               and "memwatch/host.rss_gib" in r for r in rows):
+        if any(r.get("memwatch/step") == 144 for r in rows):
             break
         time.sleep(0.3)
-    rss = [(r["_step"], r["memwatch/host.rss_gib"]) for r in rows if "memwatch/host.rss_gib" in r]
-    # Every 8 optimizer steps, at memwatch's optimizer-step count (144 steps in 3 epochs).
+    rss = [(r["memwatch/step"], r["memwatch/host.rss_gib"]) for r in rows
+           if "memwatch/host.rss_gib" in r]
+    # Every 8 optimizer steps, at memwatch's optimizer-step count (144 steps in 3 epochs), on the
+    # loop's rows (the loop logs with explicit steps: the row still open when the sample of step
+    # n comes is the loop's row n-1).
     assert [s for s, _ in rss] == list(range(8, 145, 8)), rss
     assert all(isinstance(v, float) and 0.01 < v < 64 for _, v in rss)
-    # Same step axis as the loop's own metrics: the rows merge, none is dropped by W&B.
-    assert all("train/loss_seen" in r for r in rows if "memwatch/host.rss_gib" in r)
+    # On the loop's own rows: none of memwatch's own, none dropped by W&B.
+    assert [r["_step"] for r in rows] == list(range(1, 145))
+    assert all("train/loss_seen" in r for r in rows)
+    # An epoch end's check joins that step's row, still open (the loop logs with explicit steps).
     findings = [r for r in rows if "memwatch/findings/count" in r]
     assert [r["_step"] for r in findings] == [48, 96, 144]
     assert max(float(r.get("memwatch/findings/leak", 0)) for r in findings) >= 1  # type: ignore[arg-type]

@@ -45,7 +45,7 @@ def test_findings_table_and_keys_reach_an_offline_wandb_run(
     rows: list[list[object]] = []
     for t in tables:
         data = json.loads(t.read_text())
-        assert data["columns"][:4] == ["epoch", "stage", "kind", "metric"]
+        assert data["columns"][:4] == ["step", "stage", "kind", "metric"]
         rows.extend(data["data"])
     assert any(r[2] == "leak" and r[1] == "train" for r in rows), rows
     # Per-step series go into the run's history (the binary .wandb log holds their names). The

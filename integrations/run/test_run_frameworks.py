@@ -38,6 +38,9 @@ def test_lightning_trainer_gets_the_callback(tmp_path) -> None:
         "trained 96 steps\n"
     assert clean.out == leak.out == expected  # the script's own output, nothing else
     assert_leak_found(leak, "Regressor.kept (list")
+    # One line per verdict: memwatch run's, no notice of the adapter's own beside it.
+    assert not [ln for ln in leak.err.splitlines() if ln.startswith("memwatch: leak in ")], \
+        leak.explain()
     assert_quiet(clean)
     for r in (clean, leak):
         # One sample per optimizer step: 96, not 192 (the plain-loop hook stays out of it).

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from run_helpers import FAST, PY, Spec, assert_leak_found, run_together, script
 
+from memwatch.cli import main as cli
 from memwatch.testing import free_port
 
 
@@ -22,7 +23,7 @@ def torchrun() -> str:
     return path
 
 
-def test_every_rank_is_watched_and_only_rank1_leaks(tmp_path, torchrun: str) -> None:
+def test_every_rank_is_watched_and_only_rank1_leaks(tmp_path, torchrun: str, capsys) -> None:
     train = script("train_ddp.py")
     def cmd(*args: str) -> list[str]:
         return [torchrun, "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
@@ -47,3 +48,20 @@ def test_every_rank_is_watched_and_only_rank1_leaks(tmp_path, torchrun: str) -> 
         for rank in (0, 1):
             assert (r.cwd / "out" / f"rank{rank}" / "report.html").is_file()
     assert sum("no leak, no warning" in ln for ln in clean.memwatch_lines()) == 2
+    # The finished job's out_dir, without a bundle: one job in ls, inspect and report.
+    out = leak.cwd / "out"
+    capsys.readouterr()
+    assert cli(["ls", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert said.count("finished job ") == 1 and "summaries from rank(s) 0, 1" in said, said
+    assert "across ranks (rank 0): warning rank_leak in host." in said.replace(
+        "critical", "warning"), said
+    assert cli(["inspect", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith("memwatch job ") and "Rank 0 " in said and "Rank 1 " in said, said
+    assert "held by train_ddp.kept" in said and "rank_leak in host." in said, said
+    html = tmp_path / "job.html"
+    assert cli(["report", str(out), "-o", str(html)]) == 0
+    page = html.read_text()
+    assert "shown: finished job" in capsys.readouterr().err
+    assert page.count("class='card ") >= 2 and "rank 1" in page, page[:2000]

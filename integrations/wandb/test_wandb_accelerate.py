@@ -1,7 +1,7 @@
-"""Accelerate with ``log_with="wandb"`` (offline) and a ``WandbSink(series=False)`` on the
-tracker's run: the hook's keys go through ``accelerator.log`` (explicit steps), the sink adds
-the leak chart, summary and report without moving the run's step. Read back from the run
-directory."""
+"""Accelerate with ``log_with="wandb"`` (offline): the hook adds memwatch's W&B sink on the
+tracker's run, which writes every memwatch key there (the series, the leak chart, the summary,
+the findings table, the report) on the loop's own rows, never moving the run's step. Read back
+from the run directory."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ def test_planted_leak_with_log_with_wandb(tmp_path: Path) -> None:
     acc.init_trackers("memwatch-accelerate-test",
                       init_kwargs={"wandb": {"dir": str(tmp_path), "mode": "offline"}})
     run = acc.get_tracker("wandb", unwrap=True)
-    sink = WandbSink(run=acc.get_tracker("wandb"), series=False)
-    hook = attach(acc, opt, workers=False, log_every_n_steps=8, sinks=[sink])
+    hook = attach(acc, opt, workers=False, log_every_n_steps=8)
+    (sink,) = [s for s in hook.memwatch.sinks if isinstance(s, WandbSink)]
     with pytest.warns(MemWatchWarning, match="leak"):
         train(acc, model, opt, data, epochs=3, leak_from_epoch=1,
               after_step=lambda n: acc.log({"train/loss_seen": 1.0}, step=n))
@@ -39,9 +39,15 @@ def test_planted_leak_with_log_with_wandb(tmp_path: Path) -> None:
 
     # The loop's own rows are all there: the sink never moved the run's step.
     assert [r["_step"] for r in out.history if "train/loss_seen" in r] == list(range(1, 145))
-    # The hook's per-step keys every 8 steps, on the loop's steps.
-    rss = [r["_step"] for r in out.history if "memwatch/host.rss_gib" in r]
-    assert rss == list(range(8, 145, 8)), rss
+    # The per-step keys every 8 optimizer steps (their axis, memwatch/step), each on a row of
+    # the loop's own (the loop logs with explicit steps: the row still open when the sample of
+    # step n comes is the loop's row n-1); no other writer, no rank prefix.
+    rss = [r for r in out.history if "memwatch/host.rss_gib" in r]
+    assert [r["memwatch/step"] for r in rss] == list(range(8, 145, 8)), rss
+    assert all("train/loss_seen" in r for r in rss) and len(out.history) == 144
+    assert not [k for r in out.history for k in r if str(k).startswith("memwatch/rank")]
+    table = out.summary_table("memwatch/findings_table")
+    assert table is not None and any(r[2] == "leak" for r in table["data"])
     # The sink's panels.
     leaks = [k for r in out.history for k in r if k.startswith("memwatch/leak/")]
     assert leaks, sorted({k for r in out.history for k in r})

@@ -428,11 +428,9 @@ def _params(scs: list[scenarios.Scenario],
 #: Issues 40 and 41's design reproductions whose targets the analyzer misses at their base
 #: (`763b8cf`, three runs of ``bench_detection.py --quick --split all``; reported/README.md).
 ISSUE40_41_MISSES: dict[str, pytest.MarkDecorator] = {
-    # Strict: found at the 2nd check in all three runs, but named "DataLoader worker processes (2):
-    # per-worker growth in the Dataset": the main process takes no census inside a worker
-    # (issue 41, item 5), so the workers' ``WsiDataset._wsi`` cannot be named yet.
-    "rep_wsi_cached_property": pytest.mark.xfail(strict=True, reason=(
-        "a worker's Dataset attribute is not named (no census inside workers)")),
+    # (rep_wsi_cached_property's holder, a strict xfail at the base, is named since issue 41:
+    # each worker answers a census of its own, which counts the attributes set on the
+    # Dataset's list of datasets: ``WsiDataset._wsi``.)
     # Not strict: a deque(maxlen=12800) full at step 200 draws no finding, a step_change or a
     # leak verdict naming the full deque (issue 40's first case) depending on the run (7 runs of
     # two versions of the loop: 4 leak verdicts, 2 without a finding, 1 step_change). A verdict

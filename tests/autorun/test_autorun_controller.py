@@ -27,7 +27,7 @@ def make(tmp_path: Path) -> Iterator[Any]:
 
     def build(**options: Any) -> Controller:
         opts = {"workers": False, "out_dir": str(tmp_path / "out"), **options}
-        ctl = Controller(Plan(Target(script="train.py"), opts, "tables"))
+        ctl = Controller(Plan(Target(script="train.py"), {"run_report": "tables", **opts}))
         ctl.on_import("torch", torch)
         made.append(ctl)
         return ctl
@@ -109,9 +109,11 @@ def test_at_exit_the_session_closes_and_the_report_and_summary_are_written(
     ctl.at_exit()
     assert mw is not None and mw.closed and ctl.mode == "off"
     err = capsys.readouterr().err
-    assert "memwatch: watched the plain loop" in err and "20 step(s), 0 check(s)" in err
+    # one check: the last word, at the close, on the 20 steps seen
+    assert "memwatch: watched the plain loop" in err and "20 step(s), 1 check(s)" in err
     report = tmp_path / "out" / "report.html"
-    assert report.is_file() and f"memwatch: report: {report}" in err
+    assert report.is_file() and f"memwatch: report: {report} (and summary.json)" in err
+    assert (tmp_path / "out" / "summary.json").is_file()
     assert "Charts are left out" in report.read_text()  # --report tables
 
 

@@ -120,7 +120,7 @@ def test_default_out_dir_only_when_it_holds_memwatch_output(
     for d in (".git", ".venv", "src", "docs", "tests"):
         (tmp_path / "memwatch" / d).mkdir(parents=True)
     run_bad(["ls"], capsys, "./memwatch holds no memwatch output (no bundle, no oom/ or "
-                            "blackbox/ folder); name the out_dir")
+                            "blackbox/ folder, no summary.json); name the out_dir")
     # Named on purpose it is listed, as nothing: its folders are not broken bundles.
     assert main(["ls", "memwatch"]) == 0
     out = capsys.readouterr().out

@@ -147,7 +147,7 @@ def test_inspect_picks_a_job_and_refuses_bad_choices(job_dir: Path, tmp_path: Pa
     # ... and a folder whose only entry cannot be read says so, exit 2
     broken = tmp_path / "broken"
     (broken / "oom" / ".tmp-host-1-abcd").mkdir(parents=True)
-    _bad(["inspect", str(broken)], capsys, "no readable bundle here")
+    _bad(["inspect", str(broken)], capsys, "no readable bundle and no finished run here")
 
 
 def test_bundles_without_job_field_group_by_launcher_env(job_dir: Path, tmp_path: Path,

@@ -21,7 +21,7 @@ from memwatch.autorun import plan as plan_mod
 from memwatch.autorun.launch import SHIM_DIR, child_env, find_target, target_from
 from memwatch.autorun.plan import ENV, Plan, Target, read_plan
 from memwatch.autorun.shim import sitecustomize as shim
-from memwatch.cli import main
+from memwatch.cli import COMMANDS, main
 from memwatch.cli.run import OPTIONS
 from memwatch.core.errors import ConfigError
 
@@ -91,7 +91,7 @@ def test_dry_run_says_what_would_be_attached_and_the_options_and_runs_nothing(
     assert "Lightning: a memwatch.integrations.lightning.MemWatchCallback" in out
     assert "transformers:" not in out  # the script does not import it
     assert "every step of the first optimizer that steps" in out
-    assert "checks every 100 steps / 600 s" in out
+    assert "checks every 100 steps / every 600 s" in out
     rows = {m[3]: (m[1] == "*", m[2]) for m in re.finditer(
         r"^  ([* ]) \w+ = (.*?)  \((--[\w-]+)\)$", out, re.M)}
     assert rows["--check-every-n-steps"] == (True, "100")  # given here
@@ -171,13 +171,13 @@ def test_only_the_target_process_is_watched(script: Path) -> None:
 
 
 def test_the_plan_round_trips_and_a_bad_one_is_refused() -> None:
-    plan = Plan(Target(module="pkg.train"), {"check_every_n_steps": 100, "bundle_on": ["oom"]},
-                "tables")
+    plan = Plan(Target(module="pkg.train"), {"check_every_n_steps": 100, "bundle_on": ["oom"],
+                                             "run_report": "tables"})
     assert read_plan(json.loads(plan.encode())) == plan
-    with pytest.raises(ValueError, match="version 1"):
+    with pytest.raises(ValueError, match="version 2"):
         read_plan({"version": 99})
     with pytest.raises(ValueError, match="malformed"):
-        read_plan({"version": 1, "target": {}, "options": [], "report": "full"})
+        read_plan({"version": 2, "target": {}, "options": []})
     # The shim (which imports nothing of memwatch) reads the same variable.
     assert shim.ENV == ENV == plan_mod.ENV
 
@@ -199,3 +199,21 @@ def test_python_dash_m_memwatch_runs_the_cli(tmp_path: Path) -> None:
     bad = subprocess.run([PY, "-m", "memwatch", "run", "--census", "x", "--", PY, "t.py"],
                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+
+
+@pytest.mark.parametrize("cmd", [["nonexistent_script.py"], ["python", "nonexistent_script.py"],
+                                 ["torchrun", "--nproc-per-node", "2", "nonexistent_script.py"]])
+def test_a_missing_script_is_said_to_be_missing(cmd: list[str], tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--", *cmd]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'nonexistent_script.py': no such file" in err[0], err
+
+
+def test_help_prints_whole_command_descriptions(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for cls in COMMANDS:
+        assert " ".join((cls.__doc__ or "").split()) in out, cls.__name__

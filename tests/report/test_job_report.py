@@ -114,6 +114,8 @@ def test_ls_and_inspect_when_the_rank_that_died_left_no_bundle(
     assert "No rank's own failure was recorded; first: rank 0's collective lost a peer" in out
     assert "No bundle records a failure of a rank's own: rank(s) 0, 2" in out
     assert "the job's store named no rank" in out
+    # The ranks' loops had no epochs: the first failure is told in steps only.
+    assert "(step 30):" in out and "epoch" not in out, out
 
 
 def test_one_html_report_of_the_job_verdict_first(job_dirs: list[Path], tmp_path: Path,
@@ -125,6 +127,7 @@ def test_one_html_report_of_the_job_verdict_first(job_dirs: list[Path], tmp_path
         ["rank 1 (node0)", "rank 2 (node1)", "rank 0 (node0)"]  # the first to fail, then peaks
     page = render_job_html(job, "node0 node1", with_charts=False)
     head = page.index("Rank 1 on node0 failed first")
+    assert "(step 30): " in page[head:head + 200], page[head:head + 200]  # no epoch 0
     assert head < page.index("Every rank at") < page.index("The bundles read")
     assert "The GPU ran out of memory (CUDA OOM)" in page
     assert "failed because their collective lost a peer" in page

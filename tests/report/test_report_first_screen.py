@@ -114,3 +114,27 @@ def test_the_failure_is_said_in_one_shortened_line() -> None:
     assert text.endswith("…") and len(text) < 300
     assert text[:-1].rstrip().split()[-1] in msg.split()  # cut where a word ends
     assert "Fullest at the failure: device.reserved, 1.9 GiB of 2.0 GiB (95.0%)." in head
+
+
+def test_a_loop_without_epochs_is_told_in_steps_and_a_failed_test_is_not_a_pass() -> None:
+    # A warning whose trend test alone did not pass (the verdict rests on growth held across
+    # checks): its chip says so, never "✓"; and no epoch language for a loop without epochs.
+    f = {"kind": "leak", "metric": "host.rss", "severity": "warning", "message": "grows.",
+         "bytes_per_step": 100 * 1024.0, "step": 1200, "epoch": 0, "check": 4,
+         "evidence": {"mann_kendall_p": 0.2, "epochs_growing": 5, "census_epochs": [0, 0],
+                      "census_at_steps": [800, 1200], "holder": "train.cache",
+                      "explained_bytes": 40e6, "rss_growth_bytes": 40e6}}
+    d = ReportData(title="t", source="live run", findings=[f], current=[f], has_epochs=False)
+    (c,) = cards(d)
+    ev = {e.name: e for e in c.evidence}
+    assert not ev["trend statistics"].found
+    assert ev["trend statistics"].detail == ("Mann–Kendall p = 0.2 (not significant alone: "
+                                              "p ≥ 0.01), growing at 5 check(s)")
+    assert ev["census diff"].found and ev["census diff"].detail.startswith("steps 800→1,200")
+    assert c.when == "step 1,200"
+    html = render(d, with_charts=False)
+    assert "– trend statistics" in html and "✓ trend statistics" not in html
+    assert "epoch" not in html.lower()
+    # With epochs, the same words as ever.
+    d.has_epochs = True
+    assert cards(d)[0].when == "epoch 0, step 1,200"

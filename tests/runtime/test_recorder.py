@@ -421,10 +421,10 @@ def test_census_failure_is_recorded_not_fatal(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     import memwatch.analysis.culprits.census.census as census_mod
 
-    def broken(top_n: int = 20) -> dict[str, object]:
+    def broken(**kw: object) -> dict[str, object]:
         raise RuntimeError("census exploded")
 
-    monkeypatch.setattr(census_mod, "tensor_census", broken)
+    monkeypatch.setattr(census_mod, "take_census", broken)
     with memwatch.watch(device="cpu", workers=False, out_dir=tmp_path, signals=False) as mw:
         p = mw.dump("x")
     assert p is not None

@@ -113,9 +113,9 @@ def test_valid_device_strings_construct(device: str | None) -> None:
     MemWatch(device=device)  # validation only; nothing is opened before start()
 
 
-def test_torch_device_object_is_accepted() -> None:
+def test_torch_device_object_is_accepted(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
-    mw = MemWatch(device=torch.device("cpu"), workers=False)
+    mw = MemWatch(device=torch.device("cpu"), workers=False, out_dir=tmp_path)
     with mw:
         mw.step()
         assert mw.device is None

@@ -54,13 +54,16 @@ def chart_lines(data: OfflineRun, key: str) -> dict[str, list[tuple[float, float
 def test_leak_run_panels_summary_and_oom_artifact(tmp_path: Path) -> None:
     run = wandb.init(project="memwatch-test")
     sink = WandbSink()
-    leak_run(tmp_path, [sink], epochs=3, steps=100, every=25, oom=True)
+    leak_run(tmp_path, [sink], epochs=3, steps=100, every=25, oom=True,
+             after_step=lambda s: run.log({"loss": 1.0 / s}))  # the trainer's own rows
     assert sink.found_via == "wandb.run"
     data = finish(run)
 
-    # Per-step series at the expected steps, keyed to memwatch/step with max summaries.
+    # Per-step series at the expected steps, keyed to memwatch/step with max summaries, on the
+    # trainer's rows: memwatch adds no row of its own.
     series = data.series("memwatch/device.allocated_gib")
     assert [s for s, _ in series] == list(range(25, 301, 25))
+    assert len(data.history) == 300 and all("loss" in r for r in data.history)
     assert series[-1][1] == pytest.approx((GIB + 299 * 2 * 2**20) / GIB, abs=1e-3)
     defs = {m["name"]: m for m in data.metrics}
     assert defs["memwatch/step"]["hidden"]
@@ -68,27 +71,36 @@ def test_leak_run_panels_summary_and_oom_artifact(tmp_path: Path) -> None:
     assert defs["memwatch/device.allocated_gib"]["summary"] == ["max"]
     assert defs["memwatch/findings/leak.device.allocated_steps_to_oom"]["summary"] == ["min"]
 
-    # The findings table holds the current verdicts, one row per belief: the planted leak's.
-    table = data.tables("memwatch/findings_table")[-1]
+    # One findings table, in the summary: one row per belief (its current state and history),
+    # the planted leak's among them; written when a verdict changed, not at every check (each
+    # write is a version of its artifact).
+    table = data.summary_table("memwatch/findings_table")
+    assert table is not None and not data.tables("memwatch/findings_table")
     cols = table["columns"]
-    assert cols == ["epoch", "stage", "kind", "metric", "severity", "mib_per_step",
+    assert cols == ["step", "stage", "kind", "metric", "severity", "mib_per_step",
                     "steps_to_oom", "culprit", "message", "state", "history"]
     rows = [dict(zip(cols, r, strict=True)) for r in table["data"]]
     leak = [r for r in rows if r["kind"] == "leak" and r["metric"] == "device.allocated"]
-    assert leak and leak[-1]["mib_per_step"] == pytest.approx(2.0, rel=0.05)
-    assert leak[-1]["steps_to_oom"] > 0 and "per step" in leak[-1]["message"]
+    assert len(leak) == 1 and leak[0]["mib_per_step"] == pytest.approx(2.0, rel=0.05)
+    assert leak[0]["steps_to_oom"] > 0 and "per step" in leak[0]["message"]
+    versions = [a for a in data.artifacts if "findings_table" in a["name"]]
+    assert 1 <= len(versions) <= 3, versions
 
-    # The leak chart: floors, fitted trend, forecast up to the 8 GiB limit.
+    # The leak chart: floors, fitted trend, forecast up to the 8 GiB limit (drawn at the check
+    # of step 200, which the next sample's row took along; the last check's, at the run's end,
+    # had no row to ride on).
     lines = chart_lines(data, "memwatch/leak/device.allocated")
-    assert set(lines) == {"epoch floor", "fitted trend", "forecast", "limit"}
-    assert [x for x, _ in lines["epoch floor"]] == [100, 200, 300]
+    assert set(lines) == {"floor at each check", "fitted trend", "forecast", "limit"}
+    assert [x for x, _ in lines["floor at each check"]] == [100, 200]
     assert lines["forecast"][-1][1] == pytest.approx(8.0) and lines["limit"][0][1] == 8.0
-    floors = [y for _, y in lines["epoch floor"]]
+    floors = [y for _, y in lines["floor at each check"]]
     assert floors == sorted(floors)
 
-    # Summary fields.
+    # Summary fields: plain values.
     summ = data.summary
     assert summ["memwatch/verdict"] == "warning: leak in device.allocated"
+    assert summ["memwatch/findings"] == len(rows)
+    assert isinstance(summ["memwatch/findings/count"], (int, float))  # a number, not {"last"}
     assert summ["memwatch/worst_steps_to_oom"] > 0
     assert summ["memwatch/peak/device.allocated_gib"] == pytest.approx(1.584, abs=0.01)
     assert "device.allocated" in summ["memwatch/worst_forecast"]
@@ -102,6 +114,7 @@ def test_leak_run_panels_summary_and_oom_artifact(tmp_path: Path) -> None:
     assert {"manifest.json", "report.html", "memory.json", "exception.json"} <= set(
         oom[0]["files"])
     assert list(data.path.glob("files/media/html/memwatch/report_*.html"))
+    assert summ["memwatch/oom"] == 1  # (at the run's end: no row took it along)
     assert summ["memwatch/bundle"].endswith("(memwatch-oom)")
     assert not data.alerts  # offline: nobody to alert
     assert not [a for a in data.artifacts if a["type"] == "memory-snapshot"]
@@ -122,14 +135,16 @@ def test_clean_run_has_series_and_an_ok_verdict_only(tmp_path: Path) -> None:
     run = wandb.init(project="memwatch-test")
     with memwatch.watch(device="cpu", workers=False, out_dir=str(tmp_path / "mw"),
                         sinks=[WandbSink()], log_every_n_steps=5) as mw:
-        for _ in range(20):
+        for step in range(1, 21):
             mw.step()
+            run.log({"loss": 1.0 / step})
         mw.end_epoch()
     data = finish(run)
     assert [s for s, _ in data.series("memwatch/host.rss_gib")] == [5, 10, 15, 20]
-    assert data.summary["memwatch/verdict"] == "ok"
+    assert len(data.history) == 20  # the script's rows only
+    assert data.summary["memwatch/verdict"] == "ok" and data.summary["memwatch/findings"] == 0
     assert data.summary["memwatch/findings_total"] == 0
-    assert not data.tables("memwatch/findings_table")
+    assert data.summary_table("memwatch/findings_table") is None
     assert not [a for a in data.artifacts if a["type"].startswith(("memwatch", "memory"))]
 
 
@@ -176,24 +191,27 @@ def test_finished_run_is_left_alone(tmp_path: Path) -> None:
     assert not mw._sinks.disabled
 
 
-def test_rank_in_keys_when_distributed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_ranks_run_has_the_same_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One key scheme for every loop and launcher: a rank's own run (wandb.init per rank) holds
+    # that rank's memory under the keys every run has; the rank is in artifact names only.
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
     run = wandb.init(project="memwatch-test")
     with memwatch.watch(device="cpu", workers=False, out_dir=str(tmp_path / "mw"),
                         sinks=[WandbSink()], log_every_n_steps=2, distributed="off") as mw:
-        for _ in range(4):
+        for step in range(4):
             mw.step()
+            run.log({"loss": step})
     data = finish(run)
-    assert data.series("memwatch/rank1/host.rss_gib", "memwatch/rank1/step")[-1][0] == 4
-    assert not data.series("memwatch/host.rss_gib")
-    assert data.summary["memwatch/rank1/verdict"] == "ok"
+    assert data.series("memwatch/host.rss_gib")[-1][0] == 4
+    assert not [k for r in data.history for k in r if k.startswith("memwatch/rank")]
+    assert data.summary["memwatch/verdict"] == "ok"
 
 
 def test_merge_mode_never_moves_the_users_steps(tmp_path: Path) -> None:
     # A trainer that logs with explicit steps (Accelerate does): memwatch rows join its rows.
     run = wandb.init(project="memwatch-test")
-    sink = WandbSink(commit=False)
+    sink = WandbSink()
     with memwatch.watch(device="cpu", workers=False, out_dir=str(tmp_path / "mw"),
                         sinks=[sink], log_every_n_steps=5) as mw:
         for step in range(1, 21):
@@ -270,7 +288,7 @@ def test_a_leak_that_is_no_threat_is_not_ok(tmp_path: Path) -> None:
     assert data.summary["memwatch/verdict_kinds"] == ["leak:device.allocated"]
     assert "memwatch/worst_steps_to_oom" not in data.summary  # no threat: no "worst" forecast
     # One row per belief, its current state: the leak restated at every check is one row.
-    rows = data.tables("memwatch/findings_table")[-1]["data"]
+    rows = data.summary_table("memwatch/findings_table")["data"]  # type: ignore[index]
     assert [r[2:5] + r[9:10] for r in rows if r[2] == "leak"] == \
         [["leak", "device.allocated", "info", "leak"]]
     snap = [a for a in data.artifacts if a["type"] == "memory-snapshot"]
@@ -290,7 +308,41 @@ def test_a_leak_that_stops_is_withdrawn_in_the_summary_and_the_table(tmp_path: P
     assert data.summary["memwatch/verdict"] == "ok"  # the current beliefs: none is a leak
     (gone,) = data.summary["memwatch/verdicts_withdrawn"]
     assert gone.startswith("device.allocated: leak at epoch 1") and "→ stopped at epoch" in gone
-    table = data.tables("memwatch/findings_table")[-1]
+    table = data.summary_table("memwatch/findings_table")
+    assert table is not None
     rows = [dict(zip(table["columns"], r, strict=True)) for r in table["data"]]
     (row,) = [r for r in rows if r["metric"] == "device.allocated" and r["kind"] == "plateau"]
     assert row["state"] == "stopped" and row["history"] == gone.split(": ", 1)[1]
+
+
+def test_warnings_and_critical_findings_raise_alerts(tmp_path: Path) -> None:
+    # Read back through W&B's own record of them (alerts="always": an offline run records them
+    # for `wandb sync`; the default sends them only from an online run).
+    run = wandb.init(project="memwatch-test")
+    sink, quiet = WandbSink(alerts="always"), WandbSink(run=run)
+    leak_run(tmp_path, [sink, quiet], epochs=3, steps=100, every=25)
+    data = finish(run)
+    assert [(a["title"], a["level"]) for a in data.alerts] == \
+        [("memwatch: leak in device.allocated (warning)", "WARN")]
+    assert "per step" in data.alerts[0]["text"] and quiet.alerts_sent == []
+
+
+def test_an_evaluation_loop_has_its_own_keys(tmp_path: Path) -> None:
+    run = wandb.init(project="memwatch-test")
+    sink = WandbSink()
+    with memwatch.watch(device="cpu", workers=False, out_dir=str(tmp_path / "mw"),
+                        sinks=[sink], log_every_n_steps=5) as mw, \
+            memwatch.watch(device="cpu", workers=False, out_dir=str(tmp_path / "mw"),
+                           sinks=[sink], stage="val", recorder=False) as val:
+        for step in range(1, 21):
+            mw.step()
+            if step <= 5:
+                val.step()
+            elif step == 6:
+                val.end_epoch()  # its figures ride on the next sample's row
+            run.log({"loss": 1.0 / step})
+        mw.end_epoch()
+    data = finish(run)
+    keys = {k for r in data.history for k in r}
+    assert "memwatch/val/host.rss_gib" in keys and "memwatch/val/findings/count" in keys
+    assert not [k for k in keys if k.startswith(("train/", "memwatch/train"))]

@@ -3,7 +3,8 @@
 The dataset "caches augmented samples" in ``self._seen``, keyed by a fresh random augmentation,
 so nothing is ever reused. Workers are persistent (``persistent_workers=True``), so each worker's
 list grows for the whole run: ~64 KiB per step split over 2 workers. The main process does not
-grow at all: the leak is in ``workers.uss``, and the main process's tensor census cannot see it.
+grow at all: the leak is in ``workers.uss``, which the main process's census cannot see; the
+workers' own censuses name ``_seen`` (issue 41).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ SCENARIO = Scenario(
     is_leak=True,
     leak_start_epoch=0,
     expected_metric="workers",
-    expected_culprit=None,
+    expected_culprit="_seen",  # named by the workers' own censuses (issue 41)
     description="per-worker dataset cache that never hits (2 persistent DataLoader workers)",
     expected_kind="worker_growth",
     workers=True,

@@ -19,7 +19,8 @@ from memwatch.analysis.context import AnalyzerConfig, CheckContext
 from memwatch.analysis.stats.shapes import EpochStats
 
 __all__ = ["Attribution", "Bound", "Census", "CensusPair", "CensusRecord", "ContainerGrowth",
-           "Evidence", "Group", "GroupGrowth", "GroupKey", "Holder", "HolderSize"]
+           "Evidence", "Group", "GroupGrowth", "GroupKey", "Holder", "HolderSize", "WorkerAttr",
+           "WorkerGrowth"]
 
 #: (device, dtype, shape, requires_grad, grad_fn type name): what a census groups tensors by.
 GroupKey = tuple[str, str, tuple[int, ...], bool, str]
@@ -37,6 +38,7 @@ class Group:
     ids: list[int] = dataclasses.field(default_factory=list)
     graph_nodes: int = 0  # autograd nodes first reached from this group's tensors
     graph_bytes: int = 0  # their estimated bytes (native nodes + saved tensors)
+    graph_saved: int = 0  # of which saved tensors still alive (0 once backward() freed them)
     views: int = 0  # tensors of the group that are views (their bytes: the bases' storages)
 
     @property
@@ -63,6 +65,7 @@ class Group:
             "bytes": self.bytes,
             "graph_nodes": self.graph_nodes,
             "graph_bytes": self.graph_bytes,
+            "graph_saved_bytes": self.graph_saved,
         }
 
 
@@ -82,6 +85,10 @@ class Census:
     containers: dict[int, tuple[int, str]] = dataclasses.field(default_factory=dict)
     graph_nodes: int = 0
     graph_truncated: bool = False
+    #: The large storages (from 1 MiB) by identity, (device, address) -> (the group that
+    #: counts them, bytes): views taken since of a storage counted then add nothing.
+    storages: dict[tuple[str, int], tuple[GroupKey, int]] = dataclasses.field(
+        default_factory=dict)
 
     def to_dict(self, top_n: int = 20) -> dict[str, Any]:
         top = sorted(self.groups.values(), key=lambda g: (g.bytes, g.count), reverse=True)
@@ -105,6 +112,7 @@ class GroupGrowth:
     new_ids: list[int]
     graph_nodes_delta: int = 0
     graph_bytes_delta: int = 0
+    graph_saved_delta: int = 0  # of the graphs' growth, saved tensors still alive
 
     @property
     def effective_bytes(self) -> int:
@@ -200,11 +208,22 @@ class Holder:
     #: now, or None once it is gone. None when the walk could not keep a way back to it.
     measure: Callable[[], HolderSize | None] | None = dataclasses.field(
         default=None, repr=False, compare=False)
+    #: The short name a fix calls the holder by: the growing container's own name, with the
+    #: variable that holds it (``processor.last_step_result``, ``EVAL_LOGITS``,
+    #: ``train_logits``); the whole route is :attr:`path`. None: no name to give.
+    name: str | None = None
+
+    @property
+    def shown(self) -> str:
+        """How a culprit names it: the path, or the short :attr:`name` when the path is a long
+        route (through closures, frames, caches: two hops or more); the route stays in the
+        evidence (``evidence["holder"]``)."""
+        return f"`{self.name}`" if self.name and self.path.count(" → ") >= 2 else self.path
 
     def describe(self, delta: int | None = None, since: str = "since the last check") -> str:
         """``Net.kept_features (list, 1000 tensors, +250 since the last check)``."""
         if self.container is None:
-            return self.path
+            return self.shown
         parts = [self.container]
         if self.container_len is not None:
             parts.append(f"{self.container_len} {self.elements or 'items'}")
@@ -215,7 +234,7 @@ class Holder:
         if self.via_traceback and ".__traceback__" not in self.path:
             # The route below the named container was left out: it went through tracebacks.
             parts.append("each keeps its traceback, whose frames keep their locals")
-        return f"{self.path} ({', '.join(parts)})"
+        return f"{self.shown} ({', '.join(parts)})"
 
 
 @dataclasses.dataclass
@@ -252,6 +271,8 @@ class Attribution:
     objects_scanned: int | None = None
     tensors_scanned: int | None = None
     census_epochs: list[int] | None = None
+    #: The optimizer steps of the two censuses diffed (what a run without epochs is told).
+    census_at_steps: list[int] | None = None
     growing_groups: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     python_object_growth: list[tuple[str, int]] = dataclasses.field(default_factory=list)
     group: GroupGrowth | None = None
@@ -264,6 +285,9 @@ class Attribution:
     alloc_sites: list[Any] = dataclasses.field(default_factory=list)  # device_sites.AllocSite
     holder: Holder | None = None
     graph_bytes: int = 0
+    #: Of ``graph_bytes``, the saved tensors still alive (0: ``backward()`` freed them, only
+    #: the graph's nodes are held).
+    graph_saved_bytes: int = 0
     effective_bytes: float = 0.0
     attribution_ms: float | None = None
     explained_bytes: float | None = None
@@ -273,6 +297,9 @@ class Attribution:
     tracemalloc: list[dict[str, Any]] | None = None
     tracemalloc_summary: dict[str, Any] | None = None
     site: Any = None  # sites.SiteGrowth
+    #: Why no holder was named for what grew (said with the culprit's shape), e.g. that
+    #: nothing in Python refers to it; None when a holder was named or none was looked for.
+    holder_note: str | None = None
     #: Optimizer steps between the two censuses diffed (0: unknown).
     census_steps: int = 0
     #: The run has epochs (advice says "at the epoch end"; a run of checks only, "regularly").
@@ -286,6 +313,7 @@ class Attribution:
         else:
             ev.update(census_ms=self.census_ms, objects_scanned=self.objects_scanned,
                       tensors_scanned=self.tensors_scanned, census_epochs=self.census_epochs,
+                      census_at_steps=self.census_at_steps,
                       growing_groups=self.growing_groups,
                       python_object_growth=self.python_object_growth,
                       growing_containers=self.containers[:8], graph_nodes=self.graph_nodes)
@@ -293,6 +321,7 @@ class Attribution:
                 ev["attribution_ms"] = self.attribution_ms
             if self.group is not None:
                 ev["graph_bytes"] = self.graph_bytes
+                ev["graph_saved_bytes"] = self.graph_saved_bytes
                 ev["graph_nodes_delta"] = self.group.graph_nodes_delta
                 if self.graph_nodes_named:
                     ev["graph_nodes_named"] = self.graph_nodes_named
@@ -318,7 +347,42 @@ class Attribution:
                 ev["holder_len"] = h.container_len
             if h.bound is not None:
                 ev["holder_bound"] = h.bound.to_dict()
+            if h.name:
+                ev["holder_name"] = h.name
+        elif self.holder_note:
+            ev["holder_note"] = self.holder_note
         return ev
+
+
+@dataclasses.dataclass
+class WorkerAttr:
+    """A container of the Dataset that grew inside DataLoader workers since the last check, from
+    their own censuses (:mod:`memwatch.analysis.culprits.worker_census`)."""
+
+    name: str  # ``CachingDataset.cache``, ``data.CACHE``, ``CachingDataset.reader.cache``
+    kind: str  # "list", "dict", "set", "deque", "cache"
+    length: int  # its length now, in the worker where it is longest
+    len_delta: int  # elements each worker added since its previous census (mean)
+    bytes_delta: float  # what those elements weigh, per worker (mean)
+    element: str  # what they are, e.g. "tensors"
+    workers: int  # in how many workers it grew
+    #: Elements each gained in the stretch between checks before that (mean; 0: it did not
+    #: grow then, or the workers started since).
+    before: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class WorkerGrowth:
+    """What the DataLoader workers' own censuses say at a check: the containers of the Dataset
+    that grew in them, the most bytes first (empty: none grew, or no worker answered)."""
+
+    answered: int = 0  # workers whose census was read
+    attrs: list[WorkerAttr] = dataclasses.field(default_factory=list)
+    datasets: list[str] = dataclasses.field(default_factory=list)  # their Datasets' classes
+    seqs: list[int] = dataclasses.field(default_factory=list)  # the requests they answered
 
 
 #: The censuses of two checks, the earlier first: what an attribution diffs.
@@ -371,6 +435,11 @@ class Evidence(Protocol):
     def mapped_files(self) -> list[tuple[str, float]] | None:
         """The data files mapped now, most resident first: (path, resident bytes); None where
         the system cannot list them (no ``/proc/<pid>/smaps``)."""
+        ...
+
+    def worker_growth(self) -> WorkerGrowth | None:
+        """What the DataLoader workers' own censuses say grew in their Datasets (answered since
+        the previous check), and ask for the next; None where workers answer no census."""
         ...
 
     def alloc_conf(self) -> str:

@@ -26,19 +26,18 @@ from memwatch.analysis.beliefs import current, describe, history, state_of
 from memwatch.core.findings import Finding
 from memwatch.core.protocols import CheckReport
 from memwatch.core.units import fmt_bytes
-from memwatch.runtime.warn import WARN_SEVERITIES
+from memwatch.core.verdict_words import counts
 from memwatch.sinks.base import NullSink
 
 __all__ = ["ConsoleSink", "exit_lines", "say", "verdict_line", "withdrawn", "worth_saying"]
 
 _RANK = {"critical": 0, "warning": 1, "info": 2}
-#: Kinds said whatever their severity (an ``info`` leak is one that cannot kill this run).
-_ALWAYS = ("leak", "rank_leak")
 
 
 def worth_saying(f: Finding) -> bool:
-    """Every leak, and any finding of severity warning or critical."""
-    return f.kind in _ALWAYS or f.severity in WARN_SEVERITIES
+    """Every leak, and any finding of severity warning or critical: what counts for the run's
+    verdict (:func:`memwatch.core.verdict_words.counts`)."""
+    return counts(f)
 
 
 def say(line: str, label: str = "") -> None:
@@ -70,6 +69,9 @@ class ConsoleSink(NullSink):
     kind, metric), and once more when a later check names the holder the first could not."""
 
     sink_name = "console"
+    #: It says every new verdict on the console: the adapters give no warning or notice of
+    #: their own beside its line (one line per verdict).
+    tells_findings = True
 
     def __init__(self, label: str = "") -> None:
         self.label = label
@@ -122,17 +124,16 @@ def withdrawn(findings: Sequence[Finding]) -> list[tuple[Finding, str]]:
 
 def exit_lines(what: str, steps: int, checks: int, findings: Sequence[Finding],
                report: Path | None, bundle: Any, max_findings: int = 4,
-               unit: str = "step") -> list[str]:
+               unit: str = "step", summary: Path | None = None) -> list[str]:
     """The summary printed when the script exits: what watched it, the current verdicts (worst
     first: one per belief, its latest state), the verdicts later checks withdrew (with their
-    history), the report and the bundle."""
+    history), the report, ``summary.json`` and the bundle."""
     worth = [f for f in _worst_first(current(findings)) if worth_saying(f)]
     gone = withdrawn(findings)
     lines = [f"watched {what}: {steps:,} {unit}(s), {checks} check(s); "
              + (f"{len(worth)} verdict(s)" if worth else
                 "no leak, no warning" if checks else
-                "no check ran (fewer steps than --check-every-n-steps, shorter than "
-                "--check-every-s)")
+                "no check ran (no step was recorded)")
              + (f"; {len(gone)} withdrawn" if gone else "")]
     for f in worth[:max_findings]:
         changes = history(findings, f.belief) if f.belief else []
@@ -145,7 +146,9 @@ def exit_lines(what: str, steps: int, checks: int, findings: Sequence[Finding],
                      + (f" held by {f.evidence['holder']}" if f.evidence.get("holder") else "")
                      + f": {words}")
     if report is not None:
-        lines.append(f"report: {report}")
+        lines.append(f"report: {report}" + (f" (and {summary.name})" if summary else ""))
+    elif summary is not None:
+        lines.append(f"summary: {summary}")
     if bundle is not None:
         lines.append(f"bundle of the failure: {bundle} (`memwatch inspect {bundle}`)")
     return lines

@@ -16,7 +16,8 @@ those imports. The controller then:
   every ``check_every_s``), until an optimizer steps;
 * when the script starts a :class:`memwatch.MemWatch` of its own (``watch()``, ``attach()``):
   closes its own session and adds nothing more;
-* at exit: closes what it started, writes the report, prints the summary.
+* at exit: closes what it started (each session's last check, its ``report.html`` and
+  ``summary.json``), prints the summary.
 
 Nothing is attached twice: one mode at a time (:attr:`Controller.mode`), and the optimizer
 hook does nothing while an adapter watches (Lightning and the transformers ``Trainer`` step the
@@ -33,24 +34,26 @@ import os
 import sys
 import threading
 import weakref
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from memwatch.autorun import frameworks
 from memwatch.autorun.console import ConsoleSink, exit_lines, say
 from memwatch.autorun.plan import Plan, read_plan
-from memwatch.bundle.paths import REPORT_FILE, per_rank
+from memwatch.bundle.paths import per_rank
 from memwatch.session import MemWatch, rank_info
 
 log = logging.getLogger("memwatch")
 
-__all__ = ["GRACE_INTERVALS", "Controller"]
+__all__ = ["GRACE_INTERVALS", "RUN_DEFAULTS", "Controller"]
 
 #: Time mode starts this many sampler intervals (a minute by default) after torch's import
 #: without an optimizer step or a Trainer: a script that trains is not sampled by time while it
 #: loads its data.
 GRACE_INTERVALS = 60
+#: Where ``memwatch run``'s defaults differ from ``memwatch.watch()``'s: the console says each
+#: verdict (no MemWatchWarning in the script), and the report at exit has its charts.
+RUN_DEFAULTS: dict[str, Any] = {"warn": False, "run_report": "full"}
 #: Modes in which the optimizer hook has nothing left to decide.
 _SETTLED = ("adapter", "user", "off")
 _MARK = "_memwatch_autorun"
@@ -69,7 +72,7 @@ class Controller:
 
     def __init__(self, plan: Plan | dict[str, Any]) -> None:
         self.plan = plan if isinstance(plan, Plan) else read_plan(plan)
-        self.options: dict[str, Any] = {"warn": False, **self.plan.options}
+        self.options: dict[str, Any] = {**RUN_DEFAULTS, **self.plan.options}
         if isinstance(self.options.get("bundle_on"), list):
             self.options["bundle_on"] = tuple(self.options["bundle_on"])
         info = rank_info()
@@ -195,6 +198,9 @@ class Controller:
             self.memwatch = MemWatch(**self.session_options()).start()
         finally:
             self._starting = False
+        # Nothing here ends epochs: its first checks may judge leaks (no epoch-scoped
+        # accumulation to wait for).
+        self.memwatch.plan_run(epochs=False)
         self._step = self.memwatch.step
 
     def _tick(self, grace: float) -> None:
@@ -305,32 +311,20 @@ class Controller:
                 lines = [f"watched {self.what}"] + ([] if bundle is None else [
                     f"bundle of the failure: {bundle} (`memwatch inspect {bundle}`)"])
             else:
-                lines = exit_lines(self.what, mw.step_count, mw.checks, self.console.findings,
-                                   self._report(mw), bundle,
+                lines = exit_lines(self.what, mw.step_count, mw.checks, mw.findings,
+                                   mw.report_path, bundle, summary=mw.summary_path,
                                    unit="sample" if mode == "time" else "step")
             for line in lines:
                 say(line, self.console.label)
         except Exception as e:  # noqa: BLE001 - the exit code is the script's, whatever happens
             say(f"the summary at exit failed ({type(e).__name__}: {e})", self.console.label)
 
-    def _report(self, mw: MemWatch) -> Path | None:
-        if self.plan.report == "none" or mw.timeline is None:
-            return None
-        from memwatch.report.data import from_run
-        from memwatch.report.html import render, write_html
-
-        data = from_run(mw)
-        if self.plan.report == "tables":
-            data.notes.insert(0, "Charts are left out (memwatch run --report tables); "
-                                 "--report full draws them.")
-        html = render(data, with_charts=self.plan.report == "full")
-        return write_html(html, Path(str(mw.out_dir)) / REPORT_FILE)
-
     def _bundle_of_early_death(self, exc: BaseException) -> Any:
         """The script died before anything was watched (an OOM while building the model): a
         short-lived session writes the bundle its class calls for (OOMs by default)."""
         opts = {**self.session_options(), "analyze": False, "signals": False,
-                "watchdog": False, "blackbox_every_s": None, "sinks": [self.console]}
+                "watchdog": False, "blackbox_every_s": None, "sinks": [self.console],
+                "run_report": "none"}
         self._starting = True
         mw = MemWatch(**opts).start()
         self._starting = False

@@ -8,8 +8,7 @@ so no framework is imported that the script did not import itself.
 * :func:`lightning`: a :class:`memwatch.integrations.lightning.MemWatchCallback` appended to
   ``trainer.callbacks``, unless one is there already.
 * :func:`transformers`: a :class:`memwatch.integrations.transformers.MemWatchCallback` added
-  with ``trainer.add_callback`` (and attached to the trainer), unless one is there already; with
-  ``report_to`` including W&B, a W&B sink for the panels the trainer's logging cannot write.
+  with ``trainer.add_callback`` (and attached to the trainer), unless one is there already.
 * :func:`accelerate`: :func:`memwatch.integrations.accelerate.attach` on the optimizer that just
   stepped, called by the controller at the first step when an ``Accelerator`` exists.
 """
@@ -150,14 +149,9 @@ def transformers(ctl: Controller, trainer: Any) -> None:
         ctl.user_watches("the script's own MemWatchCallback (memwatch run added nothing)")
         return
     args = trainer.args
-    sinks = []
-    if "wandb" in (getattr(args, "report_to", None) or []):
-        from memwatch.sinks.wandb import WandbSink
-
-        sinks.append(WandbSink(series=False))
     world = int(getattr(args, "world_size", 1) or 1)
-    cb = MemWatchCallback(**adapter_options(ctl, world, int(getattr(args, "process_index", 0)),
-                                            sinks=sinks))
+    # (with report_to W&B, the callback adds memwatch's W&B sink itself)
+    cb = MemWatchCallback(**adapter_options(ctl, world, int(getattr(args, "process_index", 0))))
     trainer.add_callback(cb)
     cb.attach(trainer)
     ctl.take_over(cb, "the transformers Trainer (memwatch.integrations.transformers."
@@ -169,12 +163,7 @@ def accelerate(ctl: Controller, accelerator: Any, optimizer: Any) -> Any:
     (the hook samples from the next step on). Called by the controller; returns the hook."""
     from memwatch.integrations.accelerate import attach
 
-    sinks = []
-    wandb = next((t for t in getattr(accelerator, "trackers", []) if t.name == "wandb"), None)
-    if wandb is not None:
-        from memwatch.sinks.wandb import WandbSink
-
-        sinks.append(WandbSink(run=wandb, series=False))
+    # (with a W&B tracker, the hook adds memwatch's W&B sink itself)
     world = int(getattr(accelerator, "num_processes", 1) or 1)
     rank = int(getattr(accelerator, "process_index", 0) or 0)
-    return attach(accelerator, optimizer, **adapter_options(ctl, world, rank, sinks=sinks))
+    return attach(accelerator, optimizer, **adapter_options(ctl, world, rank))

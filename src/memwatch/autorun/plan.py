@@ -1,9 +1,10 @@
 """The plan ``memwatch run`` hands to the processes it starts: which of them is the training
-script (a script path or a module name), the :class:`memwatch.MemWatch` options the user gave,
-and how the report at exit is written; JSON in one environment variable, :data:`ENV`.
+script (a script path or a module name) and the :class:`memwatch.MemWatch` options the user
+gave; JSON in one environment variable, :data:`ENV`.
 
 The parent writes it (:mod:`memwatch.autorun.launch`), the shim finds it at start-up, the
-controller reads it (:func:`read_plan`).
+controller reads it (:func:`read_plan`). How the report at exit is written is an option
+(``report``) like any other.
 
 Example::
 
@@ -21,13 +22,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ENV", "PLAN_VERSION", "REPORT_CHOICES", "Plan", "Target", "read_plan"]
+__all__ = ["ENV", "PLAN_VERSION", "Plan", "Target", "read_plan"]
 
 #: The environment variable that holds the plan (the shim reads the same name).
 ENV = "MEMWATCH_RUN"
-PLAN_VERSION = 1
-#: ``--report``: the HTML report at exit, with charts (``full``), tables only, or none.
-REPORT_CHOICES = ("full", "tables", "none")
+PLAN_VERSION = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,12 +50,10 @@ class Plan:
     target: Target
     #: :class:`memwatch.MemWatch` options the user gave (JSON-able values only).
     options: Mapping[str, Any]
-    #: The HTML report at exit: one of :data:`REPORT_CHOICES`.
-    report: str = "full"
 
     def encode(self) -> str:
         return json.dumps({"version": PLAN_VERSION, "target": self.target.to_json(),
-                           "options": dict(self.options), "report": self.report},
+                           "options": dict(self.options)},
                           allow_nan=False, separators=(",", ":"))
 
 
@@ -67,7 +64,6 @@ def read_plan(doc: Any) -> Plan:
                          "through `memwatch run` of the memwatch installed here")
     t = doc.get("target") or {}
     options = doc.get("options")
-    report = doc.get("report", "full")
-    if not isinstance(options, dict) or report not in REPORT_CHOICES or not isinstance(t, dict):
+    if not isinstance(options, dict) or not isinstance(t, dict):
         raise ValueError(f"{ENV}: malformed plan")
-    return Plan(Target(script=t.get("script"), module=t.get("module")), options, report)
+    return Plan(Target(script=t.get("script"), module=t.get("module")), options)

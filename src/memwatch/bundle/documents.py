@@ -58,6 +58,9 @@ class Capture:
     findings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     errors: dict[str, str] = dataclasses.field(default_factory=dict)
     claimed: bool = False
+    #: ``time.monotonic()`` when the capture was complete (its parts take time: the census, the
+    #: killer's walks); how old a pending capture is counts from here.
+    done: float = 0.0
 
 
 def qualname(t: type) -> str:

@@ -77,6 +77,8 @@ from memwatch.core.safefs import (
 )
 
 __all__ = [
+    "BUNDLE_SUBDIRS",
+    "END_OF_RUN_SUBDIR",
     "OOM_SUBDIR",
     "OPTIONAL_FILES",
     "REQUIRED_FILES",
@@ -91,7 +93,13 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+#: Bundles of failures (an OOM, an exception, a signal, the watchdog, ``mw.dump()``).
 OOM_SUBDIR = "oom"
+#: Bundles written at a clean end because a sink asked for one (W&B's report and snapshot):
+#: not failures, so not among them.
+END_OF_RUN_SUBDIR = "end_of_run"
+#: The folders of an ``out_dir`` that hold bundles.
+BUNDLE_SUBDIRS = (OOM_SUBDIR, END_OF_RUN_SUBDIR)
 TMP_PREFIX = ".tmp-"
 REQUIRED_FILES: tuple[str, ...] = ("manifest.json", "environment.json", "findings.json",
                                    "memory.json")

@@ -18,12 +18,14 @@ import os
 from pathlib import Path
 
 from memwatch.bundle.blackbox import BLACKBOX_SUBDIR
-from memwatch.bundle.format import OOM_SUBDIR
+from memwatch.bundle.format import END_OF_RUN_SUBDIR, OOM_SUBDIR
 
-__all__ = ["REPORT_FILE", "OutputPaths", "per_rank"]
+__all__ = ["REPORT_FILE", "WORKERS_SUBDIR", "OutputPaths", "per_rank"]
 
 #: The HTML report of a run (``memwatch run`` writes it at exit).
 REPORT_FILE = "report.html"
+#: Where DataLoader workers answer their censuses (:mod:`memwatch.analysis.culprits.worker_census`).
+WORKERS_SUBDIR = "workers"
 
 
 def per_rank(out_dir: str, rank: int, world_size: int) -> str:
@@ -55,9 +57,19 @@ class OutputPaths:
         return self.root / OOM_SUBDIR
 
     @property
+    def end_of_run(self) -> Path:
+        """Bundles written at a clean end for the sinks (not failures)."""
+        return self.root / END_OF_RUN_SUBDIR
+
+    @property
     def blackbox(self) -> Path:
         """The black box's records."""
         return self.root / BLACKBOX_SUBDIR
+
+    @property
+    def workers(self) -> Path:
+        """Where DataLoader workers answer their own censuses (one file each)."""
+        return self.root / WORKERS_SUBDIR
 
     @property
     def report(self) -> Path:

@@ -41,7 +41,7 @@ from typing import Any
 
 from memwatch._version import __version__
 from memwatch.bundle import schema
-from memwatch.bundle.format import OOM_SUBDIR, SCHEMA_VERSION, TMP_PREFIX
+from memwatch.bundle.format import BUNDLE_SUBDIRS, SCHEMA_VERSION, TMP_PREFIX
 from memwatch.core.errors import BundleError
 from memwatch.core.safefs import open_regular, read_bounded
 from memwatch.core.untrusted import loads_json, sanitize
@@ -258,8 +258,10 @@ def _subdirs(d: Path) -> list[Path]:
 
 
 def find_bundles(directory: str | os.PathLike[str]) -> list[tuple[Path, Bundle | BundleError]]:
-    """Bundles under ``directory`` (an ``out_dir``, its ``oom/``, or a folder of per-rank
-    ``out_dir``s such as ``run/rank0/oom/...``), oldest first.
+    """Bundles under ``directory`` (an ``out_dir``, its ``oom/`` or ``end_of_run/``, or a folder
+    of per-rank ``out_dir``s such as ``run/rank0/oom/...``), oldest first. Outside those folders
+    only a folder with a ``manifest.json`` (or a writer's ``.tmp-`` one) is taken for a bundle:
+    other tools' folders beside an ``out_dir`` (``wandb/``, ``lightning_logs/``) are not.
 
     Each entry is the path and either the opened bundle or the error that stops it from opening.
     Temporary directories of writers still running (or of crashed ones) are included as errors.
@@ -271,14 +273,20 @@ def find_bundles(directory: str | os.PathLike[str]) -> list[tuple[Path, Bundle |
     if _has_manifest(d) or d.name.startswith(TMP_PREFIX):
         candidates = [d]
     else:
-        root = d / OOM_SUBDIR if _is_dir(d / OOM_SUBDIR) else d
         candidates = []
-        for c in _subdirs(root):
-            if not _has_manifest(c) and not c.name.startswith(TMP_PREFIX) \
-                    and _is_dir(c / OOM_SUBDIR):  # one rank's out_dir
-                candidates.extend(_subdirs(c / OOM_SUBDIR))
-            else:
-                candidates.append(c)
+        roots = [d / sub for sub in BUNDLE_SUBDIRS if _is_dir(d / sub)]
+        if d.name in BUNDLE_SUBDIRS:
+            roots.append(d)
+        for r in roots:  # oom/, end_of_run/: every folder in them is a bundle, or a broken one
+            candidates.extend(_subdirs(r))
+        if not roots:
+            for c in _subdirs(d):
+                if _has_manifest(c) or c.name.startswith(TMP_PREFIX):
+                    candidates.append(c)
+                else:  # one rank's out_dir; anything else is another tool's folder (wandb/)
+                    for sub in BUNDLE_SUBDIRS:
+                        if _is_dir(c / sub):
+                            candidates.extend(_subdirs(c / sub))
         # Names start with the UTC time: sorting by name is oldest first across folders too.
         candidates.sort(key=lambda c: (c.name.startswith(TMP_PREFIX), c.name, str(c)))
     out: list[tuple[Path, Bundle | BundleError]] = []

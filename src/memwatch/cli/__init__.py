@@ -66,7 +66,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, tuple[Command, argpars
         cmd = cls()
         doc = (cls.__doc__ or "").strip()
         module_doc = (sys.modules[cls.__module__].__doc__ or "").strip()
-        p = sub.add_parser(cmd.name, help=doc.splitlines()[0] if doc else None,
+        # The whole docstring, as one paragraph: its first line alone stops mid-sentence.
+        p = sub.add_parser(cmd.name, help=" ".join(doc.split()) or None,
                            description=module_doc or doc,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         cmd.add_arguments(p)

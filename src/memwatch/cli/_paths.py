@@ -3,8 +3,8 @@
 ``./memwatch`` is memwatch's default ``out_dir``, but a folder of that name is just as often
 something else (a clone of this repository): it is taken as the default only when it holds what a
 run writes there — a bundle (its ``manifest.json``, or a writer's ``.tmp-`` folder), the ``oom/``
-folder, a black box (``blackbox/``), or per-rank or per-node ``out_dir``s holding those
-(:func:`memwatch.report.gather.holds_output`).
+or ``end_of_run/`` folder, a black box (``blackbox/``), a finished run's ``summary.json``, or
+per-rank or per-node ``out_dir``s holding those (:func:`memwatch.report.gather.holds_output`).
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ def default_out_dir(command: str) -> str:
     if holds_output(d):
         return DEFAULT_OUT_DIR
     why = ("there is no ./memwatch here" if not d.exists() else
-           "./memwatch holds no memwatch output (no bundle, no oom/ or blackbox/ folder)")
+           "./memwatch holds no memwatch output (no bundle, no oom/ or blackbox/ folder, no "
+           "summary.json)")
     raise BundleError(f"{why}; name the out_dir your run wrote to: memwatch {command} DIR")
 
 

@@ -13,7 +13,10 @@ first, on which host, when and why, and every rank's memory at that moment (the 
 rank's own bundle holds from before it; for a rank without a bundle, its peaks at the last epoch
 end as rank 0 recorded them); ranks whose collective failed because that rank died are said to
 be so. With several jobs under DIR the newest is shown; ``--job ID`` picks another. A folder of
-single-process bundles shows its newest bundle.
+single-process bundles shows its newest bundle. A folder without bundles shows what the run that
+ended there left (its ``summary.json``: its current verdicts with their holders, how it ended,
+where its report is), or, for the ranks of a finished distributed job, every rank's verdicts and
+rank 0's verdicts across ranks.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from memwatch.bundle.blackbox import BLACKBOX_SUBDIR, ENDED_SUBDIR, judge, read_
 from memwatch.bundle.documents import segments_summary
 from memwatch.cli._base import Command
 from memwatch.cli._paths import choose_job, is_output_dir, joined, non_negative_int
+from memwatch.cli._runs import show_finished
 from memwatch.core.errors import BundleError, MemwatchError
 from memwatch.core.units import fmt_bytes
 from memwatch.report.gather import gather
@@ -91,8 +95,8 @@ class InspectCommand(Command):
         job = choose_job(jobs, want, d)
         if job is None:
             good = [path for path, b in rest if not isinstance(b, BundleError)]
-            if not good:
-                raise BundleError(f"{d}: no readable bundle here (`memwatch ls {d}` says why)")
+            if not good:  # a finished run or job left its summary.json there
+                return show_finished(paths, d)
             # An output folder of single-process runs: the newest bundle is the one wanted.
             print(f"memwatch: {len(good)} bundle(s) under {d}; the newest is shown "
                   f"(`memwatch ls {d}` lists them)\n")

@@ -1,5 +1,6 @@
-"""List OOM bundles: time, rank, trigger, classification, size (and why a broken one cannot be
-read).
+"""List what runs left: bundles (time, rank, trigger, classification, size, and why a broken one
+cannot be read) and finished runs (their ``summary.json``: steps, checks, verdict, how they
+ended), each under its own heading.
 
 DIR is a memwatch output directory (the one given as ``out_dir``), its ``oom/`` subdirectory, or
 a folder holding one ``out_dir`` per rank or per node (``run/rank0``, ``gathered/node1/rank3``).
@@ -26,6 +27,7 @@ from memwatch.bundle import Bundle
 from memwatch.bundle.blackbox import find_records, judge, summary_line
 from memwatch.cli._base import Command
 from memwatch.cli._paths import default_out_dir, joined
+from memwatch.cli._runs import finished_json, print_finished
 from memwatch.core.errors import BundleError
 from memwatch.core.units import fmt_bytes
 from memwatch.report.gather import gather
@@ -39,8 +41,7 @@ def _row(path: Path, b: Bundle | BundleError, indent: str = "") -> str:
         m = b.manifest
         cls = m.get("classification") or "-"
         rank = m.get("rank")
-        world = m.get("world_size")
-        rank_s = "-" if rank is None or world in (None, 1) else str(rank)
+        rank_s = "-" if rank is None else str(rank)  # as --json says it
         return (f"{indent}{str(m.get('created_utc', '?')):<26} {rank_s:>4} "
                 f"{str(m.get('trigger', '?')):<13} {str(cls):<12} {fmt_bytes(m.get('bytes')):>10}"
                 f"  {path}")
@@ -88,7 +89,8 @@ def _print_records(recs: list[tuple[Path, dict[str, Any], dict[str, Any]]]) -> N
 
 
 class LsCommand(Command):
-    """List the bundles under DIR (default ./memwatch), grouped by job, oldest first."""
+    """List the bundles under DIR (default ./memwatch), grouped by job, oldest first, and the
+    finished runs (summary.json)."""
 
     name = "ls"
 
@@ -108,7 +110,7 @@ class LsCommand(Command):
         jobs, rest = group_jobs(entries)
         recs = _records(found.out_dirs)
         if args.json:
-            doc = {
+            doc: dict[str, Any] = {
                 "jobs": [{"id": j.id, "attempt": j.attempt, "source": j.source,
                           "world_size": j.world_size, "ranks": j.ranks, "hosts": j.hosts,
                           "missing_ranks": j.missing_ranks,
@@ -120,12 +122,15 @@ class LsCommand(Command):
                 "bundles": [_entry_json(p, b) for p, b in rest],
                 "runs": [{"path": str(p), "pid": doc.get("pid"), "host": doc.get("host"),
                           "step": doc.get("step"), "end": end} for p, doc, end in recs],
+                **finished_json(dirs),
             }
             print(json.dumps(doc, indent=1))
             return 0
         if not entries:
             print(f"no bundles under {where}")
+            print_finished(dirs, where, lead="\n")
             if recs:
+                print()
                 _print_records(recs)
             return 0
         for job in jobs:
@@ -144,6 +149,7 @@ class LsCommand(Command):
             print(("\n" if rest else "") + f"`memwatch inspect {where}` compares the ranks of "
                   + ("the newest job" if len(jobs) > 1 else "the job")
                   + " at the moment the first one failed.")
+        print_finished(dirs, where, lead="\n")
         if recs:
             print()
             _print_records(recs)

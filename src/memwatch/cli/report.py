@@ -5,7 +5,10 @@ one or more output directories (``out_dir``s, as ``memwatch inspect`` takes them
 a job's nodes, or a folder they were gathered into). Output directories holding a distributed
 job's bundles give one report of the whole job (:mod:`memwatch.report.job_report`: who failed
 first, every rank's verdicts and series; the newest job, or ``--job ID``); otherwise the newest
-bundle's report (a line on stderr says which). Charts need the ``report`` extra (``pip install
+bundle's report (a line on stderr says which). Output directories without bundles give the
+report of the run that ended there (the ``report.html`` it wrote when it closed), or one report
+of a finished distributed job (every rank's current verdicts and rank 0's verdicts across
+ranks). Charts need the ``report`` extra (``pip install
 'memwatch[report]'``); without it the report has its tables and says what is missing.
 """
 
@@ -16,9 +19,10 @@ import os
 import sys
 from pathlib import Path
 
-from memwatch.bundle import open_bundle
+from memwatch.bundle import Bundle, open_bundle
 from memwatch.cli._base import Command
 from memwatch.cli._paths import choose_job, is_output_dir, joined, pick_bundle
+from memwatch.cli._runs import finished_html
 from memwatch.core.errors import BundleError, MemwatchError
 from memwatch.report.exports import from_export
 from memwatch.report.gather import gather
@@ -85,6 +89,8 @@ def _from_dirs(srcs: list[str], want: str | None) -> str:
         print(f"memwatch: job {job.label}, {len(job.bundles)} bundle(s) from rank(s) "
               f"{', '.join(map(str, job.ranks))} under {where}", file=sys.stderr)
         return render_job_html(job, where)
+    if not any(isinstance(b, Bundle) for _, b in gather(srcs).entries):
+        return finished_html(srcs, where)  # the run that ended there, or the finished job
     picked, line = pick_bundle(srcs)
     print(line, file=sys.stderr)
     bundle = open_bundle(picked)

@@ -32,7 +32,7 @@ import shutil
 import sys
 from typing import Any
 
-from memwatch.autorun.controller import GRACE_INTERVALS
+from memwatch.autorun.controller import GRACE_INTERVALS, RUN_DEFAULTS
 from memwatch.autorun.launch import (
     SHIM_DIR,
     child_env,
@@ -40,13 +40,13 @@ from memwatch.autorun.launch import (
     frameworks_imported,
     target_from,
 )
-from memwatch.autorun.plan import ENV, REPORT_CHOICES, Plan, Target
+from memwatch.autorun.plan import ENV, Plan, Target
 from memwatch.cli._base import Command
 from memwatch.core.errors import ConfigError, MemwatchError
 from memwatch.session import WatchConfig
 from memwatch.session.config import flags
 
-__all__ = ["OPTIONS", "RunCommand", "parse_options"]
+__all__ = ["OPTIONS", "RunCommand", "missing_script", "parse_options"]
 
 #: (flag, WatchConfig field, kind, help), in the options' order: made from the options'
 #: declarations (:func:`memwatch.session.config.flags`), never written out here. Kinds: int,
@@ -54,7 +54,8 @@ __all__ = ["OPTIONS", "RunCommand", "parse_options"]
 #: it True; "frames" is --tracemalloc.
 OPTIONS: tuple[tuple[str, str, str, str], ...] = tuple(
     (flag.name, field, flag.kind, flag.help) for flag, field in flags())
-_EXAMPLE = {"int": "5000", "int?": "5000 (or none)", "float": "600", "float?": "600 (or none)"}
+_EXAMPLE = {"int": "5000", "int?": "5000 (or none)", "float": "600", "float?": "600 (or none)",
+            "steps": "5000 (or auto, or none)"}
 
 
 def _convert(flag: str, kind: str, raw: Any) -> Any:
@@ -69,14 +70,16 @@ def _convert(flag: str, kind: str, raw: Any) -> Any:
         except ValueError:
             raise ConfigError(f"{flag} {raw!r} is not a number of frames; use {flag} alone "
                               f"(8 frames) or {flag} 16, and put -- before the command") from None
-    if kind.endswith("?") and str(raw).lower() == "none":
+    if kind in ("int?", "float?", "steps") and str(raw).lower() == "none":
         return None
+    if kind == "steps" and str(raw).lower() == "auto":
+        return "auto"
     if kind == "str":
         return raw
     try:
-        return int(raw) if kind.startswith("int") else float(raw)
+        return int(raw) if kind.startswith("int") or kind == "steps" else float(raw)
     except ValueError:
-        what = "a whole number" if kind.startswith("int") else "a number"
+        what = "a whole number" if kind.startswith("int") or kind == "steps" else "a number"
         raise ConfigError(f"{flag} {raw!r} is not {what}; e.g. {flag} {_EXAMPLE[kind]}") from None
 
 
@@ -119,12 +122,10 @@ class RunCommand(Command):
                 parser.add_argument(flag, dest=field, nargs="?", const=True, metavar="FRAMES",
                                     help=help_text)
             else:
-                metavar = "N" if kind.startswith("int") else "S" if kind.startswith("float") \
-                    else "DIR" if field == "out_dir" else field.upper()
+                metavar = "N" if kind.startswith("int") or kind == "steps" else \
+                    "S" if kind.startswith("float") else "DIR" if field == "out_dir" else \
+                    field.upper()
                 parser.add_argument(flag, dest=field, metavar=metavar, help=help_text)
-        parser.add_argument("--report", choices=REPORT_CHOICES, default="full",
-                            help="OUT_DIR/report.html at exit: full (charts, default), tables, "
-                                 "none")
         parser.add_argument("--target", metavar="SCRIPT|MODULE",
                             help="the training script's path or module, when the command does "
                                  "not show it (found by itself for python, torchrun, accelerate "
@@ -143,13 +144,17 @@ class RunCommand(Command):
         options = parse_options(args)
         cwd = os.getcwd()
         target = target_from(args.target, cwd) if args.target else find_target(command, cwd)
+        missing = missing_script(command, target, cwd)
+        if missing is not None:
+            raise ConfigError(f"{missing!r}: no such file (from {cwd}); check the script's path "
+                              "in the command")
         if target is None:
             raise ConfigError(f"cannot tell which Python script {shlex.join(command)!r} trains "
                               "with; name it with --target train.py (or --target pkg.train)")
         if shutil.which(command[0]) is None:
             raise MemwatchError(f"{command[0]!r}: command not found (not on PATH, or not "
                                 "executable)")
-        plan = Plan(target, options, args.report)
+        plan = Plan(target, options)
         if args.dry_run:
             print(dry_run_text(command, plan, cwd), end="")
             return 0
@@ -161,11 +166,22 @@ class RunCommand(Command):
         return 0  # pragma: no cover - exec does not return
 
 
+def missing_script(command: list[str], target: Target | None, cwd: str) -> str | None:
+    """The script the command names that does not exist (``python nope.py``, ``nope.py``,
+    ``torchrun ... nope.py``), else None."""
+    if target is not None:
+        if target.script and not os.path.isfile(target.script):
+            return os.path.relpath(target.script, cwd)
+        return None
+    return next((a for a in command if a.endswith(".py") and not a.startswith("-")
+                 and not os.path.isfile(os.path.join(cwd, a))), None)
+
+
 def dry_run_text(command: list[str], plan: Plan, cwd: str) -> str:
     """What ``--dry-run`` prints: the target, what would be attached, the resolved options."""
     target: Target = plan.target
     imported = frameworks_imported(target, cwd)
-    cfg = WatchConfig(**{"warn": False, **plan.options})  # memwatch run's warn default
+    cfg = WatchConfig(**{**RUN_DEFAULTS, **plan.options})  # memwatch run's own defaults
     given = set(plan.options)
     lines = ["memwatch run --dry-run: nothing was started.",
              f"command:  {shlex.join(command)}",
@@ -188,8 +204,6 @@ def dry_run_text(command: list[str], plan: Plan, cwd: str) -> str:
         elif field == "out_dir" and field not in given:
             value = "(the adapter's default; ./memwatch for a plain loop)"
         lines.append(f"  {'*' if field in given else ' '} {field} = {value}  ({flag})")
-    lines.append(f"  {'*' if plan.report != 'full' else ' '} report = {plan.report}  "
-                 "(--report)")
     lines.append(f"environment: PYTHONPATH={SHIM_DIR}{os.pathsep}...; {ENV}={plan.encode()}")
     return "\n".join(lines) + "\n"
 
@@ -209,9 +223,11 @@ def _attaches(imported: list[str] | None, cfg: WatchConfig) -> list[str]:
                    "its first step, when an Accelerator exists")
     every = cfg.check_every_n_steps
     secs = cfg.check_every_s
+    steps = ("sized to the run (steps 100, 200 ... 3,200, then every 5,000)" if every == "auto"
+             else f"every {every if every is not None else '-'} steps")
     out.append("otherwise: every step of the first optimizer that steps (torch's optimizer step "
-               f"hook), checks every {every if every is not None else '-'} steps / "
-               f"{f'{secs:g}' if secs is not None else '-'} s")
+               f"hook), checks {steps} / every {f'{secs:g}' if secs is not None else '-'} s, "
+               "and a last word at exit")
     grace = GRACE_INTERVALS * cfg.sample_every_s
     out.append(f"no optimizer step and no Trainer {grace:g} s after torch is imported: a sample "
                f"every {cfg.sample_every_s:g} s until an optimizer steps")

@@ -156,9 +156,10 @@ def findings_metrics(
     return out
 
 
-#: Columns of the findings table logged where a logger supports tables (W&B) or text.
+#: Columns of the findings table logged where a logger supports tables (W&B) or text: one
+#: row per verdict, ``step`` the optimizer step of the check that said it.
 FINDING_COLUMNS: tuple[str, ...] = (
-    "epoch",
+    "step",
     "stage",
     "kind",
     "metric",
@@ -180,7 +181,7 @@ def finding_row(finding: Any, stage: str = "train", history: str | None = None) 
     steps = getattr(finding, "steps_to_oom", None)
     ev = getattr(finding, "evidence", None) or {}
     return [
-        getattr(finding, "epoch", None),
+        getattr(finding, "step", None),
         stage,
         getattr(finding, "kind", None),
         getattr(finding, "metric", None),
@@ -192,6 +193,27 @@ def finding_row(finding: Any, stage: str = "train", history: str | None = None) 
         ev.get("belief_state") or getattr(finding, "kind", None),
         history,
     ]
+
+
+def check_metrics(report: Any, train_keys: bool = True) -> dict[str, float]:
+    """The logger row of one check (a :class:`memwatch.core.protocols.CheckReport`). Training:
+    the findings' counts and rates (unless ``train_keys`` is False: a memwatch W&B sink writes
+    those) and rank 0's per-rank figures. Evaluation: the loop's last and peak values and its
+    findings, under ``memwatch/<stage>/``."""
+    out: dict[str, float] = {}
+    if report.stage == "train":
+        if train_keys:
+            out.update(findings_metrics(report.findings))
+        if report.rank_summaries:
+            out.update(rank_log_metrics(report.rank_summaries, PREFIX))
+        return out
+    s = report.summary
+    if s is not None:
+        last = {k: float(s.last[i]) for i, k in enumerate(s.keys)}
+        peak = {f"{k}.peak": float(s.peak[i]) for i, k in enumerate(s.keys) if not is_count(k)}
+        out.update(to_log_metrics({**last, **peak}, stage=report.stage))
+    out.update(findings_metrics(report.findings, stage=report.stage))
+    return out
 
 
 def rank_metrics(summaries: Sequence[dict[str, Any] | None]) -> dict[str, float]:

@@ -19,8 +19,9 @@ from memwatch.core.findings import Finding
 class CheckReport:
     """What one check of a session produced: the verdicts and the figures they were made from.
 
-    A check runs at every epoch end (``at="epoch_end"``) and, inside long epochs, every N steps
-    or T seconds (``at="interval"``).
+    A check runs at every epoch end (``at="epoch_end"``), inside long epochs every N steps or T
+    seconds (``at="interval"``), and once more when the session closes, on what was seen since
+    the previous check (``at="final"``: the run's last word).
 
     Attributes:
         stage: the loop the session watches ("train", "val", "test", "predict").
@@ -31,6 +32,9 @@ class CheckReport:
             one since the previous check), or ``None``.
         rank_summaries: on rank 0 of a distributed run, one summary per rank after the
             exchange (``None`` for a rank that did not answer); empty otherwise.
+        current: the session's current verdicts after this check
+            (:meth:`memwatch.MemWatch.current_findings`: one per belief), what
+            a sink shows as the run's answer; empty when the report was made elsewhere.
     """
 
     stage: str
@@ -41,6 +45,7 @@ class CheckReport:
     findings: Sequence[Finding]
     summary: Any = None
     rank_summaries: Sequence[Any] = ()
+    current: Sequence[Finding] = ()
 
 
 @runtime_checkable
@@ -157,3 +162,10 @@ class LiveRun(SessionView, Protocol):
 
     @property
     def recorder(self) -> Any: ...
+
+    @property
+    def checks(self) -> int: ...
+
+    def current_findings(self) -> list[Finding]:
+        """The run's current verdicts (one per belief)."""
+        ...

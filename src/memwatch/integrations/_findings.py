@@ -51,6 +51,7 @@ class AdapterFindings:
     def __init__(self, sinks: SinkSet, *, warn: bool = True,
                  stage_labels: dict[str, str] | None = None) -> None:
         self._fresh: list[tuple[str, str, Finding | None]] = []
+        self._sinks = sinks
         sinks.add(_Tap(self._fresh))
         self.warn = bool(warn)
         self.stage_labels = {"val": "val loop", "test": "test loop", "predict": "predict loop",
@@ -73,15 +74,22 @@ class AdapterFindings:
         del self.kept[:-MAX_FINDINGS]
         # Threats are warned about (warn=True); every new leak, whatever its severity, reaches
         # the console once (runtime/warn.py); other info findings stay silent, so a clean run
-        # is quiet. A session the user passed, which warns itself, said its own already.
+        # is quiet. A session the user passed, which warns itself, said its own already. A
+        # sink that says every verdict on the console itself (memwatch run's) is the one line
+        # per verdict: no warning or notice beside it.
+        told = any(getattr(s, "tells_findings", False) for s in self._sinks)
         for at, stage, f in fresh:
+            if told:
+                continue
             if f is None:  # a check's end: a notice that waited a check for its holder
                 self.warner.end_check(at, stage)
                 continue
             labels = self.rank_label
             if f.stage != "train":
                 labels += f" [{self.stage_labels.get(f.stage, f.stage)}]"
-            self.warner.tell([f], labels, warn=self.warn, at=at)
+            # (the last word at a close: a line on the log, never a warning raised under -W
+            # error out of close())
+            self.warner.tell([f], labels, warn=self.warn and at != "final", at=at)
         return new
 
     def restore(self, findings: list[Finding], warned: set[tuple[str, str, str]]) -> None:

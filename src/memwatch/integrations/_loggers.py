@@ -22,13 +22,12 @@ from memwatch.core.errors import ConfigError
 from memwatch.core.metrics import (
     FINDING_COLUMNS,
     PREFIX,
+    check_metrics,
     finding_row,
-    findings_metrics,
-    is_count,
-    rank_log_metrics,
     to_log_metrics,
 )
 from memwatch.core.protocols import CheckReport
+from memwatch.integrations._wandb import WANDB_TRACKER, cover_wandb
 from memwatch.sinks.base import NullSink
 
 log = logging.getLogger("memwatch")
@@ -43,26 +42,6 @@ _QUIET = "_memwatch_quiet"
 
 __all__ = ["AccelerateLog", "CONSOLE_CHOICES", "CONSOLE_KEYS", "LightningLogger", "LoggerSink",
            "TrainerLog", "check_metrics"]
-
-
-def check_metrics(report: CheckReport, train_keys: bool = True) -> dict[str, float]:
-    """The logger row of one check. Training: the findings' counts and rates (unless
-    ``train_keys`` is False: a memwatch W&B sink writes those) and rank 0's per-rank figures.
-    Evaluation: the loop's last and peak values and its findings, under ``memwatch/<stage>/``."""
-    out: dict[str, float] = {}
-    if report.stage == "train":
-        if train_keys:
-            out.update(findings_metrics(report.findings))
-        if report.rank_summaries:
-            out.update(rank_log_metrics(report.rank_summaries, PREFIX))
-        return out
-    s = report.summary
-    if s is not None:
-        last = {k: float(s.last[i]) for i, k in enumerate(s.keys)}
-        peak = {f"{k}.peak": float(s.peak[i]) for i, k in enumerate(s.keys) if not is_count(k)}
-        out.update(to_log_metrics({**last, **peak}, stage=report.stage))
-    out.update(findings_metrics(report.findings, stage=report.stage))
-    return out
 
 
 class LoggerSink(NullSink):
@@ -161,16 +140,26 @@ class TrainerLog(LoggerSink):
         self.pending: dict[str, float] = {}
         self.in_own_log = False
         self.sink_name = "trainer.log"
+        #: memwatch's W&B sinks that write into the run W&B's callback logs to.
+        self.wandb: list[Any] = []
 
-    def quiet_printers(self, callbacks: list[Any]) -> None:
+    def quiet_printers(self, callbacks: list[Any], sinks: Any = None) -> None:
         """Hand the trainer's printing callbacks a row without memwatch's keys (but one, with
         ``console="one"``): their ``on_log`` is wrapped on the instance, nothing else changes,
-        and the reporting callbacks still get the whole row."""
+        and the reporting callbacks still get the whole row, but W&B's: with ``sinks`` (the
+        driver's), a memwatch W&B sink writes memwatch's keys into that run
+        (:mod:`memwatch.integrations._wandb`), and W&B's callback gets the row without them."""
         for cb in callbacks:
             names = {c.__name__ for c in type(cb).__mro__}
             bound = getattr(cb, "on_log", None)
-            if names & _PRINTERS and callable(bound) and not getattr(bound, _QUIET, False):
+            if not callable(bound) or getattr(bound, _QUIET, False):
+                continue
+            if names & _PRINTERS:
                 vars(cb)["on_log"] = _printing(bound, weakref.ref(self))
+            elif "WandbCallback" in names and sinks is not None and cover_wandb(sinks):
+                vars(cb)["on_log"] = _without_memwatch(bound)
+                # The sink's samples follow the trainer's rows, as this path's do.
+                self.wandb = [s for s in sinks if type(s).__name__ == "WandbSink"]
 
     def printed(self, logs: Any) -> Any:
         """What a printing callback gets of ``logs`` (``None``: nothing to print)."""
@@ -195,7 +184,10 @@ class TrainerLog(LoggerSink):
         try:
             extra, self.pending = self.pending, {}
             if mw is not None and not any(str(k).startswith(("eval_", "test_")) for k in logs):
-                extra.update(to_log_metrics(mw.latest()))
+                latest = mw.latest()
+                extra.update(to_log_metrics(latest))
+                for sink in self.wandb:  # joins the row W&B's callback is about to log
+                    sink.on_metrics(int(getattr(state, "global_step", 0) or 0), latest)
             if not extra:
                 return
             history = getattr(state, "log_history", None)
@@ -230,13 +222,17 @@ class TrainerLog(LoggerSink):
 
 
 class AccelerateLog(LoggerSink):
-    """``accelerator.log`` (the main process only; nothing is built without trackers).
+    """``accelerator.log``'s trackers (the main process only; nothing is built without
+    trackers). With ``sinks`` (the driver's) and a W&B tracker, a memwatch W&B sink on its run
+    writes memwatch's keys into it (:mod:`memwatch.integrations._wandb`): this path leaves that
+    tracker to it.
 
     ``step``: ``"optimizer"`` (memwatch's count of optimizer steps), ``None`` (each tracker's
     own counter) or a callable returning the loop's step.
     """
 
-    def __init__(self, accelerator: Any, step: str | Callable[[], int] | None) -> None:
+    def __init__(self, accelerator: Any, step: str | Callable[[], int] | None,
+                 sinks: Any = None) -> None:
         if not (step is None or step == "optimizer" or callable(step)):
             raise ConfigError(f"step={step!r} is not understood; use 'optimizer', None, or a "
                               "callable returning your loop's step.")
@@ -245,23 +241,48 @@ class AccelerateLog(LoggerSink):
         self.step = step
         self.main = bool(getattr(accelerator, "is_main_process", True))
         self.sink_name = "accelerator.log"
+        wandb = next((t for t in getattr(accelerator, "trackers", []) or []
+                      if getattr(t, "name", None) == WANDB_TRACKER), None)
+        #: Trackers left to a memwatch sink.
+        self.skip = {WANDB_TRACKER} if wandb is not None and sinks is not None and \
+            cover_wandb(sinks, wandb) else set()
 
     def _step(self, n: int | None) -> int | None:
         if callable(self.step):
             return int(self.step())
         return n if self.step == "optimizer" else None
 
+    def _trackers(self) -> list[Any]:
+        if not self.main:
+            return []
+        return [t for t in list(self.accelerator.trackers or [])
+                if getattr(t, "name", None) not in self.skip]
+
     def write(self, metrics: dict[str, float], step: int | None) -> None:
-        if self.main and self.accelerator.trackers:
-            self.accelerator.log(metrics, step=self._step(step))
+        # As accelerator.log does it, tracker by tracker (but those left to a memwatch sink).
+        for tracker in self._trackers():
+            tracker.log(metrics, step=self._step(step))
 
     def write_table(self, rows: list[list[Any]], step: int | None) -> None:
-        if not self.main:
-            return
-        for tracker in list(self.accelerator.trackers):
+        for tracker in self._trackers():
             if callable(getattr(tracker, "log_table", None)):
                 tracker.log_table(f"{PREFIX}/findings_table", columns=list(FINDING_COLUMNS),
                                   data=rows, step=self._step(step))
+
+
+def _without_memwatch(on_log: Callable[..., Any]) -> Callable[..., Any]:
+    """W&B's callback, handed rows without memwatch's keys (memwatch's W&B sink writes them);
+    a row of memwatch's alone (a check's counts) is not handed on at all."""
+    def quiet(args: Any, state: Any, control: Any, logs: Any = None, **kwargs: Any) -> Any:
+        if isinstance(logs, dict):
+            kept = {k: v for k, v in logs.items() if not str(k).startswith(PREFIX + "/")}
+            if logs and not kept:
+                return None
+            logs = kept
+        return on_log(args, state, control, logs=logs, **kwargs)
+
+    setattr(quiet, _QUIET, True)
+    return quiet
 
 
 def _printing(on_log: Callable[..., Any], sink: weakref.ref[TrainerLog]) -> Callable[..., Any]:

@@ -187,7 +187,7 @@ class AccelerateHook(ad.Adapter):
         self._d.configure(accelerator.device, getattr(accelerator, "project_dir", None),
                           getattr(accelerator, "num_processes", 1),
                           getattr(accelerator, "process_index", 0))
-        self._d.use_loggers([AccelerateLog(accelerator, step)])
+        self._d.use_loggers([AccelerateLog(accelerator, step, self._d.sinks)])
         self.accelerator, self.step = accelerator, step
         self.epochs, self.checkpoint = epochs, checkpoint
         self._torch_opt = loop.torch_optimizer(accelerator, optimizer)

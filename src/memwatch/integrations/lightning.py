@@ -38,6 +38,7 @@ from memwatch.integrations._adapter import Adapter
 from memwatch.integrations._driver import Driver
 from memwatch.integrations._framework import check_log_every, guarded
 from memwatch.integrations._loggers import LightningLogger
+from memwatch.integrations._wandb import cover_wandb
 from memwatch.session import AdapterOptions, MemWatch, Unpack
 
 if TYPE_CHECKING:  # (either package's Trainer: the callback reads what both have)
@@ -195,10 +196,9 @@ class MemWatchCallback(Adapter, Callback):
                     getattr(trainer, "world_size", 1), getattr(trainer, "global_rank", 0))
         every = self.log_every_n_steps or getattr(trainer, "log_every_n_steps", 50) or 50
         self._every = max(int(every), 1)
-        covered = self._wandb_covered(trainer) or set()
-        d.use_loggers([LightningLogger(lg, lambda: lt.logger_step(trainer),
-                                       train=id(lg) not in covered)
-                       for lg in getattr(trainer, "loggers", ())])
+        covered = self._wandb_covered(trainer) or set()  # (left to memwatch's W&B sink)
+        d.use_loggers([LightningLogger(lg, lambda: lt.logger_step(trainer))
+                       for lg in getattr(trainer, "loggers", ()) if id(lg) not in covered])
         if stage != "fit":
             return  # validate/test: only the evaluation loop is watched, from its start hook
         # The sinks follow the trainer's logging cadence.
@@ -211,18 +211,11 @@ class MemWatchCallback(Adapter, Callback):
     @guarded("attaching the W&B sink")
     def _wandb_covered(self, trainer: Trainer) -> set[int]:
         """Add a memwatch W&B sink on the trainer's WandbLogger run; the loggers it covers get
-        no training keys from this callback (the sink writes them)."""
+        nothing from this callback (the sink writes memwatch's keys into their run)."""
         loggers = [lg for lg in getattr(trainer, "loggers", ())
                    if type(lg).__name__ == "WandbLogger"]
-        if not loggers:
-            return set()
-        from memwatch.sinks.wandb import WandbSink
-
-        if not self._d.sinks.has(WandbSink):
-            if not self.wandb_sink:
-                return set()
-            self._d.sinks.add(WandbSink(run=loggers[0]))
-        return {id(lg) for lg in loggers}
+        covered = bool(loggers) and cover_wandb(self._d.sinks, loggers[0], self.wandb_sink)
+        return {id(lg) for lg in loggers} if covered else set()
 
     @guarded("the graceful stop")
     def _check_stop(self, trainer: Trainer) -> None:

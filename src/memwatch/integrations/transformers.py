@@ -222,7 +222,8 @@ class MemWatchCallback(ad.Adapter, TrainerCallback):
             self._configure(args)
         cbs = trainer.callback_handler.callbacks
         hf.before_reporters(cbs, self)
-        self._log.quiet_printers(cbs)  # the printed rows: one memwatch key (console=...)
+        # The printed rows: one memwatch key (console=...); W&B's: none (memwatch's sink).
+        self._log.quiet_printers(cbs, self._d.sinks)
 
     def close(self) -> None:
         """Close every session this callback opened (idempotent, never raises)."""

@@ -11,7 +11,7 @@ from typing import Any
 from memwatch.core.units import fmt_bytes
 from memwatch.report import charts
 from memwatch.report.allocator import history_view, segments_view
-from memwatch.report.data import CHART_METRICS
+from memwatch.report.data import CHART_METRICS, epochs_in
 from memwatch.report.first_screen import header, hero, verdicts
 from memwatch.report.page import Page, rich
 from memwatch.report.page import esc as _e
@@ -42,10 +42,13 @@ def _memory(p: Page) -> None:
         return
     p.details("memory", f"Memory over steps: {len(metrics)} more metric(s) "
                         f"<span class='muted'>({_e(', '.join(metrics))})</span>")
-    p.add("<p class='caption'>One chart per metric (raw samples; dotted vertical lines are epoch "
-          "ends). The dashed red line is the trend of the memory <i>held</i> (the floors after "
-          "the first epoch, or the analyzer's rate when it gave a verdict), dotted where it is "
-          "extrapolated to the limit.</p>")
+    epochs = epochs_in(d)
+    p.add("<p class='caption'>One chart per metric (raw samples"
+          + ("; dotted vertical lines are epoch ends" if epochs else "")
+          + "). The dashed red line is the trend of the memory <i>held</i> (the floors"
+          + (" after the first epoch" if epochs else "")
+          + ", or the analyzer's rate when it gave a verdict), dotted where it is extrapolated "
+          "to the limit.</p>")
     for m in metrics:
         got = charts.memory_chart(d, m)
         if got is None:
@@ -109,7 +112,7 @@ def _findings(p: Page) -> None:
     p.details("findings", "Findings, every kind and metric " + (
         f"({len(latest)} latest of {len(d.findings)})" if d.findings else "(none)"))
     if len(latest) < len(d.findings):
-        p.add("<p class='muted'>The analyzer restates a verdict at every epoch end; the latest "
+        p.add("<p class='muted'>The analyzer restates a verdict at every check; the latest "
               "of each kind and metric is shown.</p>")
     if not latest:
         p.add("<p class='muted'>No findings.</p>")
@@ -122,8 +125,10 @@ def _findings(p: Page) -> None:
             figures.append(f"OOM in ~{int(f['steps_to_oom']):,} steps")
         if f.get("seconds_to_oom"):
             figures.append(f"~{float(f['seconds_to_oom']) / 60:.0f} min")
-        if f.get("epoch") is not None:
+        if f.get("epoch") is not None and epochs_in(d):
             figures.append(f"epoch {f['epoch']}")
+        elif isinstance(f.get("step"), int):
+            figures.append(f"step {f['step']:,}")
         p.add(f"<div class='finding {_e(sev)}'><b class='sev-{_e(sev)}'>{_e(sev)}</b> "
               f"<b>{_e(f.get('kind', ''))}</b> on <code>{_e(f.get('metric', ''))}</code> "
               f"<span class='muted'>{_e(' · '.join(figures))}</span>"
@@ -143,6 +148,9 @@ def _tensors(p: Page) -> None:
         return
     p.details("tensors", f"Largest live tensors <span class='muted'>({len(d.top_tensors)} "
                          "group(s) in the census)</span>")
+    if d.killer:  # what held the memory that grew since the last check
+        p.add(f"<p><b>What grew since the last check:</b> {_e(d.killer[0])}</p><ul>"
+              + "".join(f"<li>{_e(ln)}</li>" for ln in d.killer[1:]) + "</ul>")
     if not d.top_tensors:
         p.add(f"<p class='muted'>{_e(d.census_note or 'No census recorded.')}</p>")
         p.end_details()

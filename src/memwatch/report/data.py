@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from memwatch.bundle import Bundle
     from memwatch.core.protocols import LiveRun
 
-__all__ = ["CHART_METRICS", "ReportData", "from_bundle", "from_run"]
+__all__ = ["CHART_METRICS", "ReportData", "epochs_in", "from_bundle", "from_run"]
 
 #: Points per chart trace: more adds nothing a person can see and slows the browser.
 MAX_POINTS = 1500
@@ -73,6 +73,9 @@ class ReportData:
     workers: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     top_tensors: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     census_note: str | None = None
+    #: A bundle's killer: what held the memory that grew since the last check (a sentence,
+    #: then one line per holder).
+    killer: list[str] = dataclasses.field(default_factory=list)
     allocator_stats: dict[str, Any] | None = None
     snapshot: Any = None
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -83,11 +86,27 @@ class ReportData:
     #: Per metric: (steps, floors), the minimum of each of FLOOR_WINDOWS windows of the full
     #: series (computed before the charts' max-downsampling, which would hide the floors).
     floors: dict[str, tuple[list[int], list[float]]] = dataclasses.field(default_factory=dict)
+    #: The run's current verdicts (one per belief), when the source knows them
+    #: (a live run: ``MemWatch.current_findings()``; a finished run: its ``summary.json``);
+    #: None: the latest finding of each kind and metric stands for them.
+    current: list[dict[str, Any]] | None = None
+    #: Whether the run has epochs (None: judged from the data). A loop without epochs is told
+    #: in steps and checks, never in epochs.
+    has_epochs: bool | None = None
 
     def set_series(self, steps: list[int], values: dict[str, list[float | None]]) -> None:
         """The samples: floors from the full series, then the series downsampled for charts."""
         self.floors = window_floors(steps, values)
         self.steps, self.values = downsample(steps, values)
+
+
+def epochs_in(d: ReportData) -> bool:
+    """Whether the run of ``d`` has epochs: said by its source, else any epoch ended or any
+    finding judged after epoch 0."""
+    if d.has_epochs is not None:
+        return d.has_epochs
+    return bool(d.epochs) or any(isinstance(f.get("epoch"), int) and f["epoch"] > 0
+                                 for f in d.findings)
 
 
 def finite(v: Any) -> float | None:
@@ -146,9 +165,12 @@ def window_floors(steps: list[int], values: dict[str, list[float | None]],
 def from_run(mw: LiveRun) -> ReportData:
     """The report of a running (or closed) :class:`memwatch.MemWatch`."""
     d = ReportData(title="memwatch run report", source="live run")
+    d.has_epochs = mw.epoch > 0
     d.meta = [("generated", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")),
-              ("steps", str(mw.step_count)), ("epochs", str(mw.epoch)),
-              ("rank", str(mw.rank.get("rank", 0))), ("pid", str(os.getpid()))]
+              ("steps", f"{mw.step_count:,}"), ("checks", str(mw.checks))]
+    if d.has_epochs:
+        d.meta.append(("epochs", str(mw.epoch)))
+    d.meta += [("rank", str(mw.rank.get("rank", 0))), ("pid", str(os.getpid()))]
     d.total_steps = mw.total_steps
     tl = mw.timeline
     if tl is None:
@@ -173,6 +195,8 @@ def from_run(mw: LiveRun) -> ReportData:
     except Exception:  # noqa: BLE001
         pass
     d.findings = [f.to_dict() for f in mw.findings]
+    if mw.checks:  # (before the first check there is no current verdict, not even "ok")
+        d.current = [f.to_dict() for f in mw.current_findings()]
     d.workers = _live_workers(mw)
     d.fullness = _fullness_from(mw.latest(), d.limits)
     dev = mw.device
@@ -239,7 +263,7 @@ def _fullness_from(latest: dict[str, float], limits: dict[str, float]) -> list[d
 def from_bundle(bundle: Bundle, display_path: str | None = None) -> ReportData:
     """The report of an OOM bundle (raises :class:`memwatch.core.errors.BundleError` only for a
     corrupted manifest-level problem; a corrupted optional part becomes a note)."""
-    from memwatch.report.summary import summarize
+    from memwatch.report.summary import killer_lines, summarize
 
     s = summarize(bundle)
     m = s.manifest
@@ -250,7 +274,11 @@ def from_bundle(bundle: Bundle, display_path: str | None = None) -> ReportData:
     d.meta = [("written", str(m.get("created_utc", "?"))), ("host", str(m.get("host", "?"))),
               ("rank", str(m.get("rank", "?"))), ("pid", str(m.get("pid", "?"))),
               ("trigger", str(m.get("trigger", "?"))), ("class", str(kind or "-")),
-              ("step", str(m.get("step", "?"))), ("epoch", str(m.get("epoch", "?")))]
+              ("step", str(m.get("step", "?")))]
+    epoch = m.get("epoch")
+    d.has_epochs = bool(s.epochs) or (isinstance(epoch, int) and epoch > 0)
+    if d.has_epochs:
+        d.meta.append(("epoch", str(epoch)))
     if m.get("pre_unwind"):
         d.meta.append(("captured", "before the stack unwound"))
     if m.get("reason"):
@@ -260,6 +288,7 @@ def from_bundle(bundle: Bundle, display_path: str | None = None) -> ReportData:
     d.fullness = s.fullness
     d.top_tensors = s.top_tensors
     d.census_note = s.census_note
+    d.killer = killer_lines(s)
     d.findings = s.findings
     d.environment = s.environment
     d.files = dict(m.get("files") or {})

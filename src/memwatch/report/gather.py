@@ -9,9 +9,11 @@ holding any of those up to :data:`MAX_DEPTH` levels down, such as ``gathered/nod
 lists every bundle once, oldest first: a bundle copied twice (gathered from a shared file system
 *and* from the node) is one, known by its run id and name.
 
-:attr:`Gathered.out_dirs` are the ``out_dir``s found (folders with ``oom/`` or ``blackbox/``): a
-reader of what an ``out_dir`` holds besides bundles (black-box records, what a finished run left)
-takes them from there, so every command reads a job the same way however it was spread.
+:attr:`Gathered.out_dirs` are the ``out_dir``s found (folders with ``oom/``, ``end_of_run/``,
+``blackbox/`` or a finished run's ``summary.json``): a reader of what an ``out_dir`` holds
+besides bundles (black-box records, what a finished run left:
+:func:`memwatch.report.runs.find_runs`) takes them from there, so every command reads a job the
+same way however it was spread.
 
 Example::
 
@@ -33,6 +35,8 @@ from pathlib import Path
 
 from memwatch.bundle import OOM_SUBDIR, TMP_PREFIX, Bundle, find_bundles
 from memwatch.bundle.blackbox import BLACKBOX_SUBDIR
+from memwatch.bundle.format import BUNDLE_SUBDIRS, END_OF_RUN_SUBDIR
+from memwatch.bundle.run_summary import SUMMARY_FILE
 from memwatch.core.errors import BundleError
 
 __all__ = ["MAX_DEPTH", "MAX_FOLDERS", "Gathered", "gather", "holds_output", "is_bundle",
@@ -61,8 +65,14 @@ def is_bundle(d: Path) -> bool:
 
 
 def is_out_dir(d: Path) -> bool:
-    """An ``out_dir``: it holds memwatch's ``oom/`` or ``blackbox/`` folder."""
-    return _is_dir(d / OOM_SUBDIR) or _is_dir(d / BLACKBOX_SUBDIR)
+    """An ``out_dir``: it holds memwatch's ``oom/``, ``end_of_run/`` or ``blackbox/`` folder, or
+    what a finished run left (its ``summary.json``)."""
+    if _is_dir(d / OOM_SUBDIR) or _is_dir(d / END_OF_RUN_SUBDIR) or _is_dir(d / BLACKBOX_SUBDIR):
+        return True
+    try:
+        return stat.S_ISREG(os.lstat(d / SUMMARY_FILE).st_mode)
+    except OSError:
+        return False
 
 
 def _subdirs(d: Path) -> list[Path]:
@@ -94,9 +104,9 @@ def _sources(root: Path) -> tuple[list[Path], list[Path]]:
             bundle_roots.append(d)
         elif is_out_dir(d):
             out_dirs.append(d)
-        elif d.name == OOM_SUBDIR or any(is_bundle(c) for c in _subdirs(d)):
+        elif d.name in BUNDLE_SUBDIRS or any(is_bundle(c) for c in _subdirs(d)):
             bundle_roots.append(d)  # an oom/ folder, or bundles copied into one folder
-            if d.name == OOM_SUBDIR:
+            if d.name in BUNDLE_SUBDIRS and d.parent not in out_dirs:
                 out_dirs.append(d.parent)
         elif depth < MAX_DEPTH:
             frontier.extend((c, depth + 1) for c in _subdirs(d))

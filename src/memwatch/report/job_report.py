@@ -7,7 +7,7 @@ the rank, its node and its holder; ``rank_near_oom``; ``rank_unresponsive``), as
 recorded them, and each rank's own leak and near-OOM verdicts. Below: every rank's memory at the
 moment of the first failure (:func:`memwatch.report.jobs.compare`), every rank's series on one
 time axis (seconds from the first failure; a rank without a bundle is drawn from rank 0's
-``ranks.json``, its peak at its last epoch end), each rank's findings, rank 0's last exchange,
+``ranks.json``, its peak at the last exchange), each rank's findings, rank 0's last exchange,
 and the bundles read. Each bundle keeps its own report (``memwatch report BUNDLE``).
 
 Example::
@@ -29,7 +29,7 @@ from memwatch.report import charts
 from memwatch.report.data import ReportData, finite
 from memwatch.report.first_screen import header, verdicts
 from memwatch.report.html import render
-from memwatch.report.jobs import Job, JobComparison, RankAtFailure, compare
+from memwatch.report.jobs import Job, JobComparison, RankAtFailure, compare, when
 from memwatch.report.page import Page, esc
 from memwatch.report.summary import latest_findings
 from memwatch.report.text import shorten
@@ -90,8 +90,7 @@ def job_data(c: JobComparison, where: str = "") -> ReportData:
               ("bundles from rank(s)", ", ".join(map(str, job.ranks))),
               ("hosts", ", ".join(job.hosts)), ("job id from", job.source or "the bundles"),
               ("read from", where or "-")],
-        headline=(f"{lead}, at {_utc(f.time)} (epoch {m.get('epoch', '?')}, step "
-                  f"{m.get('step', '?')}): {c.headline}"),
+        headline=f"{lead}, at {_utc(f.time)} ({when(m)}): {c.headline}",
         exception=exc if isinstance(exc, dict) else None, findings=_findings(c),
         cli_hint=f"memwatch inspect {where}" if where else None)
 
@@ -122,13 +121,13 @@ def _ranks_table(c: JobComparison) -> Callable[[Page], None]:
     def section(p: Page) -> None:
         p.add(f"<h2>Every rank at {esc(_utc(c.first.time))}</h2><p class='caption'>The last "
               "sample at or before the first failure in each rank's own bundle (percentages "
-              "of the rank's limit); a rank without a bundle: its peaks at the last epoch end, "
+              "of the rank's limit); a rank without a bundle: its peaks at the last exchange, "
               "from rank 0's ranks.json.</p>")
         rows = []
         for r in c.ranks:
             s = r.sample
             age = "-" if r.sample_age_s is None else f"{r.sample_age_s:.1f} s" + (
-                " (epoch end)" if r.source == "exchange" else "")
+                " (exchange)" if r.source == "exchange" else "")
             rows.append([esc(x) for x in (
                 r.rank, r.host or "?", (s or {}).get("step", "-"), age,
                 *(_cell(s, k, r.limits) for k in c.metrics), "; ".join(r.events))])
@@ -189,7 +188,7 @@ def _series(c: JobComparison) -> Callable[[Page], None]:
                 continue
             fig, left_out = got
             cap = (f"<code>{esc(metric)}</code> of every rank; the dotted line is the first "
-                   "failure. Dots: a rank without a bundle, at its last epoch end.")
+                   "failure. Dots: a rank without a bundle, at the last exchange.")
             if left_out:
                 cap += f" {left_out} more rank(s) not drawn (the highest are)."
             p.chart(fig, cap)
@@ -219,7 +218,7 @@ def _exchange(c: JobComparison) -> Callable[[Page], None]:
         if doc is None:
             return
         rows = [s for s in doc.get("summaries") or [] if isinstance(s, dict)]
-        p.details("exchange", f"Rank 0's last exchange: every rank at its last epoch end "
+        p.details("exchange", f"Rank 0's last exchange: every rank at that check "
                               f"({len(rows)} rank(s), ranks.json)")
         if doc.get("missing"):
             p.add(f"<p class='note'>Missing from the exchange: rank(s) "

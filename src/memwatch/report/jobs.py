@@ -36,7 +36,8 @@ from memwatch.report.peers import named_first, peer_note
 from memwatch.report.text import shorten
 
 __all__ = ["FAILURE_TRIGGERS", "LATE_TRIGGERS", "WEAK_KEY_GAP_S", "Job", "JobComparison",
-           "RankAtFailure", "RankBundle", "compare", "group_jobs", "job_key", "render_comparison"]
+           "RankAtFailure", "RankBundle", "compare", "group_jobs", "job_key", "render_comparison",
+           "when"]
 
 #: Triggers that mean "this rank failed", in order of preference for the first failure.
 FAILURE_TRIGGERS: tuple[str, ...] = ("exception", "oom_observer")
@@ -341,15 +342,23 @@ def compare(job: Job) -> JobComparison:
                                named_first(b.bundle.manifest for b in job.bundles)))
     if job.missing_ranks:
         notes.append(f"No bundle from rank(s) {', '.join(map(str, job.missing_ranks))}: killed "
-                     "without a chance to write (SIGKILL), bundles off, or still running. Rows "
-                     "marked 'exchange' are that rank's peaks at the last epoch end, from rank 0's "
-                     "ranks.json.")
+                     "without a chance to write (SIGKILL), bundles off, or still running."
+                     + (" Rows marked 'exchange' are that rank's peaks at the last exchange (a "
+                        "check), from rank 0's ranks.json."
+                        if any(x.source == "exchange" for x in rows) else ""))
     if len({b.host for b in job.bundles}) > 1:
         notes.append("Ranks ran on several hosts: 'at that moment' relies on their clocks "
                      "agreeing (NTP); offsets of a second or two are normal.")
     return JobComparison(job=job, first=first, headline=summary.headline, message=message,
                          ranks=rows, metrics=[k for k in COMPARED if k in seen_metrics],
                          notes=notes)
+
+
+def when(m: dict[str, Any]) -> str:
+    """``epoch 3, step 132`` from a manifest; ``step 132`` for a loop without epochs."""
+    epoch = m.get("epoch")
+    lead = f"epoch {epoch}, " if isinstance(epoch, int) and epoch > 0 else ""
+    return f"{lead}step {m.get('step', '?')}"
 
 
 def _utc(t: float) -> str:
@@ -376,8 +385,7 @@ def render_comparison(c: JobComparison) -> str:
             else f"No rank's own failure was recorded; first: rank {f.rank}'s collective lost a "
             "peer" if f.is_failure else
             f"No rank failed (manual or end-of-run bundles only); the first is rank {f.rank}'s")
-    out.append(f"{lead}, at {_utc(f.time)} on host {f.host} "
-               f"(epoch {m.get('epoch', '?')}, step {m.get('step', '?')}):")
+    out.append(f"{lead}, at {_utc(f.time)} on host {f.host} ({when(m)}):")
     out.append(f"  {c.headline}")
     if c.message:
         out.append(f"  {shorten(c.message, 300)}")
@@ -390,7 +398,7 @@ def render_comparison(c: JobComparison) -> str:
         s = r.sample
         step = s.get("step") if s is not None else None
         age = ("-" if r.sample_age_s is None else
-               f"{r.sample_age_s:.1f} s" + (" (epoch end)" if r.source == "exchange" else ""))
+               f"{r.sample_age_s:.1f} s" + (" (exchange)" if r.source == "exchange" else ""))
         table.append([str(r.rank), r.host or "?", "-" if step is None else str(step), age]
                      + [_cell(s, k, r.limits) for k in c.metrics] + ["; ".join(r.events)])
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]

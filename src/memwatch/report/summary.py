@@ -55,6 +55,9 @@ class Summary:
     samples: list[dict[str, Any]]  # downsampled, for charts
     tail: list[dict[str, Any]]  # the last TAIL_SECONDS of samples, for tables
     epochs: list[dict[str, Any]]
+    #: What held the memory that grew since the last check (``census.json["killer"]``: see
+    #: :mod:`memwatch.analysis.culprits.killer`); None in bundles without it.
+    killer: dict[str, Any] | None = None
 
 
 def _headline(manifest: dict[str, Any], exc: dict[str, Any] | None) -> str:
@@ -174,7 +177,23 @@ def summarize(bundle: Bundle) -> Summary:
         samples=samples,
         tail=tail,
         epochs=epochs,
+        killer=census.get("killer") if isinstance(census, dict) and
+        isinstance(census.get("killer"), dict) else None,
     )
+
+
+def killer_lines(s: Summary) -> list[str]:
+    """What held the memory that grew since the last check, one line each (the note first)."""
+    k = s.killer
+    if not k:
+        return []
+    out = [str(k.get("note") or "")]
+    for e in (k.get("held") or [])[:6]:
+        if not isinstance(e, dict):
+            continue
+        held = f", held by {e['holder']}" if e.get("holder") else ""
+        out.append(f"{fmt_bytes(e.get('bytes'))}: {e.get('what', '?')}{held}")
+    return out
 
 
 def tensor_label(t: dict[str, Any]) -> str:

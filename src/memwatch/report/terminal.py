@@ -29,7 +29,13 @@ import textwrap
 from typing import IO, TYPE_CHECKING, Any
 
 from memwatch.core.units import fmt_bytes
-from memwatch.report.summary import SHOWN_METRICS, Summary, latest_findings, tensor_label
+from memwatch.report.summary import (
+    SHOWN_METRICS,
+    Summary,
+    killer_lines,
+    latest_findings,
+    tensor_label,
+)
 from memwatch.report.text import shorten
 
 if TYPE_CHECKING:
@@ -77,6 +83,11 @@ def render_text(s: Summary, tail_rows: int = 12) -> str:
         out.append(f"  {r['metric']:<34} {fmt_bytes(r['value']):>10} / {fmt_bytes(r['limit']):>10}"
                    f"  {_bar(r['utilization'])} {r['utilization'] * 100:5.1f}%")
     out.append("")
+    killer = killer_lines(s)
+    if killer:
+        out.append("What grew since the last check")
+        out.extend(f"  {ln}" for ln in killer)
+        out.append("")
     out.append("Largest live tensors")
     if not s.top_tensors:
         out.append(f"  ({s.census_note or 'none recorded'})")
@@ -179,6 +190,10 @@ def render_rich(s: Summary, tail_rows: int = 12, width: int | None = None,
     if not s.fullness:
         t.add_row("(no known limit for the metrics recorded)", "", "", "")
     parts.append(t)
+    killer = killer_lines(s)
+    if killer:
+        parts.append(Panel(Text("\n".join(killer)), title="What grew since the last check",
+                           box=box.ROUNDED))
     t = Table(title="Largest live tensors", box=box.SIMPLE_HEAD, title_justify="left")
     for c in ("bytes", "count", "tensor", "held by"):
         t.add_column(c, justify="right" if c in ("bytes", "count") else "left")

@@ -42,6 +42,8 @@ class TrendLine:
     #: Where the growth stopped (the current belief about the metric says so): the line ends
     #: there and forecasts nothing.
     stopped_at: float | None = None
+    #: The fit left out the first epoch (the warm-up), as the analyzer does.
+    after_first_epoch: bool = False
 
     def describe(self) -> str:
         from memwatch.core.units import fmt_bytes
@@ -49,7 +51,8 @@ class TrendLine:
         if not self.significant:
             return "no significant growth of the memory held"
         how = ("the analyzer's verdict" if self.source == "analyzer"
-               else "Theil-Sen fit on the floors after the first epoch")
+               else "Theil-Sen fit on the floors" + (" after the first epoch"
+                                                      if self.after_first_epoch else ""))
         s = f"{fmt_bytes(self.slope)}/step ({how})"
         if self.stopped_at is not None:
             s += f", until step {int(self.stopped_at):,}, where it stopped"
@@ -80,11 +83,12 @@ def fit_trend(d: ReportData, metric: str) -> TrendLine | None:
     x = np.asarray(d.steps, dtype=np.float64)
     y = np.asarray([np.nan if v is None else v for v in col], dtype=np.float64)
     # Drop the first epoch (warm-up: the analyzer does not judge it either) when more follow.
+    dropped = False
     if len(d.epochs) >= 2:
         first_end = d.epochs[0].get("end_step")
         if isinstance(first_end, (int, float)) and (x > first_end).sum() >= 8:
             keep = x > first_end
-            x, y = x[keep], y[keep]
+            x, y, dropped = x[keep], y[keep], True
     ok = np.isfinite(y)
     if stopped_at is not None and int((x <= stopped_at).sum()) >= 8:
         ok &= x <= stopped_at
@@ -115,7 +119,7 @@ def fit_trend(d: ReportData, metric: str) -> TrendLine | None:
     y1 = float(tr.intercept + tr.slope * x1)
     y0 = y1 - slope * (x1 - x0)
     line = TrendLine(metric, x0, x1, y0, y1, float(slope), source, bool(significant),
-                     stopped_at=stopped_at)
+                     stopped_at=stopped_at, after_first_epoch=dropped)
     limit = finite(d.limits.get(metric))
     if limit and limit > 0:
         line.limit = limit

@@ -34,11 +34,14 @@ from typing import Any
 
 from memwatch.analysis.beliefs import current, describe, history, state_of
 from memwatch.core.units import fmt_bytes, fmt_duration
-from memwatch.report.data import ReportData, finite
+from memwatch.report.data import ReportData, epochs_in, finite
 from memwatch.report.summary import SHOWN_METRICS
 
 __all__ = ["Card", "Evidence", "cards", "clean_line", "peaks"]
 
+#: The analyzer's significance level of the trend test (``ShapeConfig.alpha``'s default): a
+#: card marks the test passed only under it.
+TREND_ALPHA = 0.01
 #: Kinds that get a card whatever their severity: growth that is held (a leak of low severity is
 #: still a leak, and reaches the reader once) and a forecast out-of-memory.
 CARD_KINDS: tuple[str, ...] = ("leak", "rank_leak", "near_oom", "rank_near_oom")
@@ -89,10 +92,12 @@ def _changes(d: ReportData, f: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def verdict_findings(d: ReportData) -> list[dict[str, Any]]:
-    """The findings that get a card, worst first: of the current verdicts (one per belief),
-    warning and critical ones of every kind, leaks and OOM forecasts of any severity, and
-    beliefs that were leaks once and are not now (their history says why)."""
-    got = [f for f in current(d.findings)
+    """The findings that get a card, worst first: of the current verdicts (one per belief:
+    the session's or ``summary.json``'s when the source has them), warning and critical ones of
+    every kind, leaks and OOM forecasts of any severity, and beliefs that were leaks once and
+    are not now (their history says why)."""
+    now = d.current if d.current is not None else current(d.findings)
+    got = [f for f in now
            if f.get("severity") in ("warning", "critical") or f.get("kind") in CARD_KINDS
            or (state_of(f) != "leak" and any(c["state"] == "leak" for c in _changes(d, f)))]
     return sorted(got, key=_sort_key)
@@ -146,14 +151,25 @@ def _forecast(f: dict[str, Any], limits: dict[str, float]) -> str | None:
     return f"{where} would be reached {when}{after}: not a threat to this run"
 
 
-def _census(f: dict[str, Any]) -> Evidence:
+def _census_span(ev: dict[str, Any], epochs: bool) -> str | None:
+    """What the census pair spans: "epochs 2→3", or in steps for a run without epochs."""
+    at = ev.get("census_at_steps")
+    if not epochs and isinstance(at, list) and len(at) == 2 and all(
+            isinstance(x, int) for x in at):
+        return f"steps {at[0]:,}→{at[1]:,}"
+    pair = ev.get("census_epochs")
+    if not isinstance(pair, list) or len(pair) < 2:
+        return None
+    return f"epochs {pair[0]}→{pair[-1]}" if epochs else "the last two checks"
+
+
+def _census(f: dict[str, Any], epochs: bool = True) -> Evidence:
     ev = f.get("evidence") or {}
     if ev.get("census"):
         return Evidence("census diff", False, str(ev["census"]))
-    epochs = ev.get("census_epochs")
-    if not isinstance(epochs, list) or len(epochs) < 2:
+    span = _census_span(ev, epochs)
+    if span is None:
         return Evidence("census diff", False, "no census of live objects for this verdict")
-    span = f"epochs {epochs[0]}→{epochs[-1]}"
     groups = [g for g in ev.get("growing_groups") or [] if isinstance(g, dict)]
     explained, grown = finite(ev.get("explained_bytes")), finite(ev.get("rss_growth_bytes"))
     if ev.get("holder"):
@@ -185,7 +201,11 @@ def _sites(f: dict[str, Any]) -> Evidence:
     return Evidence("allocation sites", False, f"not recorded (MemWatch({how}) names the line)")
 
 
-def _trend(f: dict[str, Any]) -> Evidence:
+def _trend(f: dict[str, Any], epochs: bool = True) -> Evidence:
+    """The trend test, marked passed only where it passed: Mann–Kendall's p under the
+    analyzer's significance level (:data:`TREND_ALPHA`). A leak can stand without it (growth
+    held across checks, a rise that dominates its residuals): its card then says the test alone
+    did not pass."""
     ev = f.get("evidence") or {}
     p = finite(ev.get("mann_kendall_p"))
     if p is None:
@@ -193,28 +213,31 @@ def _trend(f: dict[str, Any]) -> Evidence:
         if share is not None:
             return Evidence("measured", True, f"the peak reached {share:.0%} of the limit")
         return Evidence("trend statistics", False, "no trend test for this verdict")
-    parts = [f"Mann–Kendall p = {p:.1g}"]
+    passed = p < TREND_ALPHA
+    parts = [f"Mann–Kendall p = {p:.1g}" + ("" if passed else
+                                            f" (not significant alone: p ≥ {TREND_ALPHA:g})")]
     n = ev.get("epochs_growing")
     if isinstance(n, int):
-        parts.append(f"{n} epoch(s) growing")
+        parts.append(f"{n} epoch(s) growing" if epochs else f"growing at {n} check(s)")
     r1 = finite(ev.get("lag1_autocorrelation"))
     if r1 is not None:
         parts.append(f"lag-1 autocorrelation {r1:.2f} (corrected for)")
-    return Evidence("trend statistics", True, ", ".join(parts))
+    return Evidence("trend statistics", passed, ", ".join(parts))
 
 
-def _evidence(f: dict[str, Any]) -> list[Evidence]:
+def _evidence(f: dict[str, Any], epochs: bool = True) -> list[Evidence]:
     """What the verdict rests on. For growth held (a leak), all three sources, found or not: a
     trend alone is a weaker verdict than a trend whose holder a census diff named."""
+    trend, census = _trend(f, epochs), _census(f, epochs)
     if f.get("kind") in ("leak", "rank_leak"):
-        return [_trend(f), _census(f), _sites(f)]
-    got = [e for e in (_trend(f), _census(f), _sites(f)) if e.found]
-    return got or [_trend(f)]
+        return [trend, census, _sites(f)]
+    got = [e for e in (trend, census, _sites(f)) if e.found]
+    return got or [trend]
 
 
-def _when(f: dict[str, Any]) -> str:
+def _when(f: dict[str, Any], epochs: bool = True) -> str:
     parts = []
-    if f.get("epoch") is not None:
+    if f.get("epoch") is not None and epochs:
         parts.append(f"epoch {f['epoch']}")
     if f.get("step") is not None:
         parts.append(f"step {f['step']:,}" if isinstance(f["step"], int) else f"step {f['step']}")
@@ -226,15 +249,16 @@ def _when(f: dict[str, Any]) -> str:
 def cards(d: ReportData) -> list[Card]:
     """One card per verdict (see :func:`verdict_findings`), worst first."""
     out = []
+    epochs = epochs_in(d)
     for f in verdict_findings(d):
         holder, rest = _holder(f)
         tips = [str(t) for t in f.get("suggestions") or [] if t]
         changes = _changes(d, f)
         out.append(Card(
             kind=str(f.get("kind", "")), severity=str(f.get("severity", "")),
-            metric=str(f.get("metric", "")), when=_when(f), holder=holder, holder_detail=rest,
-            rate=_rate(f), forecast=_forecast(f, d.limits), fix=tips[0] if tips else None,
-            more_fixes=tips[1:], evidence=_evidence(f),
+            metric=str(f.get("metric", "")), when=_when(f, epochs), holder=holder,
+            holder_detail=rest, rate=_rate(f), forecast=_forecast(f, d.limits),
+            fix=tips[0] if tips else None, more_fixes=tips[1:], evidence=_evidence(f, epochs),
             message=str(f.get("message", "")), finding=f,
             history=describe(changes) if len(changes) > 1 else None))
     return out
@@ -261,12 +285,16 @@ def _share(v: float, limit: float) -> str:
 def clean_line(d: ReportData) -> str:
     """The first screen of a run without a verdict: one sentence, and its peaks."""
     n_info = len(current(d.findings))
-    if d.epochs or d.findings:
+    steps = d.steps[-1] if d.steps else None
+    judged = f"{steps:,} steps judged" if steps else "judged"
+    if epochs_in(d):
         head = (f"No leak and no out-of-memory risk found: {len(d.epochs)} epoch end(s) and "
-                f"{len(d.steps) and d.steps[-1]:,} steps judged")
+                f"{judged}")
+    elif d.findings or d.current is not None:
+        head = f"No leak and no out-of-memory risk found: {judged}"
     else:
-        head = ("No verdict yet: no check has judged this run (verdicts come at epoch ends and "
-                "every check_every_n_steps steps)")
+        head = ("No verdict yet: no check has judged this run (verdicts come at checks: epoch "
+                "ends, checks sized to the run, and the last word when it ends)")
     peak = "; ".join(f"{m} {fmt_bytes(v)}" + (f" ({_share(v, lim)} of {fmt_bytes(lim)})"
                                               if lim else "") for m, v, lim in peaks(d)[:3])
     tail = f" ({n_info} informational finding(s) below)" if n_info else ""

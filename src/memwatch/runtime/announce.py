@@ -4,8 +4,9 @@ that runs as printed.
 A bundle written for an exception is named in a note under that exception's traceback
 (``exc.add_note``, Python 3.11+): the traceback is where the reader of a crash looks, and a log
 line as well would say the same thing twice, once above the traceback and once below it. Every
-other bundle (signal, watchdog, end of run, manual; an exception that takes no note) gets one
-warning on the ``memwatch`` logger.
+other bundle (signal, watchdog, manual; an exception that takes no note) gets one warning on the
+``memwatch`` logger; the end-of-run bundle a sink asks for at a clean close, which is no
+failure, one line at level INFO.
 
 The command printed to look inside is :func:`cli_command`'s: ``memwatch`` alone is right only when
 the console script of *this* interpreter is the one on ``PATH``; after ``make venv`` without
@@ -60,7 +61,8 @@ def cli_line(*args: str | os.PathLike[str]) -> str:
 
 def announce_bundle(path: Path, trigger: str, exc: BaseException | None = None) -> None:
     """Say once that the bundle at ``path`` was written: a note on ``exc`` when there is one that
-    takes notes, else a warning on the ``memwatch`` logger. Never raises."""
+    takes notes, else a warning on the ``memwatch`` logger (an end-of-run bundle, no failure:
+    a line at level INFO). Never raises."""
     try:
         if exc is not None and hasattr(exc, "add_note"):
             exc.add_note(f"memwatch: diagnostic bundle written to {path} "
@@ -68,4 +70,7 @@ def announce_bundle(path: Path, trigger: str, exc: BaseException | None = None) 
             return
     except Exception:  # noqa: BLE001 - an exception class that refuses notes: the log says it
         pass
+    if trigger == "end_of_run":  # a clean end: not a failure, and nothing to act on
+        log.info("memwatch: the run's report and snapshot for the sinks written to %s", path)
+        return
     log.warning("memwatch: %s bundle written to %s", trigger, path)

@@ -48,17 +48,20 @@ class BundleMaker:
     Args:
         config: the recorder's options (limits, report mode, who may read).
         view: the session's read-only view (rank, job, step, cgroup, workers' last readings).
-        oom_dir: where bundles go (``<out_dir>/oom``).
+        oom_dir: where bundles go (``<out_dir>/oom``); ``end_dir``: where the end-of-run bundles
+            a sink asks for at a clean close go (not failures: ``<out_dir>/end_of_run``).
         render_report: renders ``report.html`` (None: no report in bundles).
         ranks: returns ``ranks.json``'s content (rank 0 of a distributed run) or None.
     """
 
     def __init__(self, config: RecorderConfig, view: SessionView, oom_dir: Path, *,
                  render_report: ReportRenderer | None = None,
-                 ranks: Callable[[], dict[str, Any] | None] | None = None) -> None:
+                 ranks: Callable[[], dict[str, Any] | None] | None = None,
+                 end_dir: Path | None = None) -> None:
         self.config = config
         self.view = view
         self.oom_root = oom_dir
+        self.end_root = end_dir or oom_dir
         self._render_report = render_report
         self._ranks = ranks
         #: Names this recorder's bundles in their manifests: retention deletes only those.
@@ -93,7 +96,8 @@ class BundleMaker:
         try:
             v = self.view
             name = bundle_name(cap.wall, v.rank.get("rank", 0), os.getpid())
-            w = BundleWriter(self.oom_root, name, share=self.config.share)
+            root = self.end_root if trigger == "end_of_run" else self.oom_root
+            w = BundleWriter(root, name, share=self.config.share)
             self._documents(w, reason, exc, cls, cap, history_on)
             manifest = self._manifest(trigger, reason, exc, cls, cap)
             w.trim(self.config.max_bundle_bytes)
@@ -105,7 +109,7 @@ class BundleMaker:
         # The evidence is on disk; the rendering comes after it (bundle.format.add_file).
         self._write_report(path, manifest)
         try:
-            enforce_retention(self.oom_root, self.config.max_bundles,
+            enforce_retention(root, self.config.max_bundles,
                               self.config.max_total_bytes, run_id=self.run_id, keep=path)
         except OSError as e:
             log.warning("memwatch: bundle retention failed (%s)", e)

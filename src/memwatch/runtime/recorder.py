@@ -79,10 +79,12 @@ class FlightRecorder:
         render_report: renders ``report.html`` (None: no report in bundles).
         ranks: returns ``ranks.json``'s content (rank 0 of a distributed run) or None.
         oom_dir: where bundles go (``<out_dir>/oom``, resolved once by the session:
-            :class:`memwatch.bundle.paths.OutputPaths`).
+            :class:`memwatch.bundle.paths.OutputPaths`); ``end_dir``: the end-of-run bundles a
+            sink asks for at a clean close (not failures: ``<out_dir>/end_of_run``).
     """
 
     def __init__(self, config: RecorderConfig, view: SessionView, *, oom_dir: Path,
+                 end_dir: Path | None = None,
                  on_bundle: Callable[[Path, dict[str, Any]], None] | None = None,
                  render_report: ReportRenderer | None = None,
                  ranks: Callable[[], dict[str, Any] | None] | None = None) -> None:
@@ -91,7 +93,7 @@ class FlightRecorder:
         self._on_bundle = on_bundle
         #: What a bundle holds, and where it goes.
         self.maker = BundleMaker(config, view, oom_dir, render_report=render_report,
-                                 ranks=ranks)
+                                 ranks=ranks, end_dir=end_dir)
         self.oom_root = oom_dir
         self.bundles: list[Path] = []
         self._pid = os.getpid()
@@ -266,7 +268,7 @@ class FlightRecorder:
             cap: Capture | None = None
             pend = self._pending
             if (pend is not None and not pend.claimed and cls.kind == "cuda_oom"
-                    and time.monotonic() - pend.mono < _PENDING_MAX_AGE_S):
+                    and time.monotonic() - max(pend.mono, pend.done) < _PENDING_MAX_AGE_S):
                 pend.claimed = True
                 self._pending = None
                 cap = pend
@@ -275,7 +277,7 @@ class FlightRecorder:
                 return None
             if cap is None:
                 self._release_reserve()  # room for the capture itself (census, copies)
-                cap = self._capture(False, None)
+                cap = self._capture(False, None, killer=cls.is_oom)
             path = self._write("exception", None, exc, cls, cap)
             self._mark(exc, path)
             return path
@@ -295,7 +297,8 @@ class FlightRecorder:
                 return None
             cls = classify(exc, self.kernel_oom_kills()) if exc is not None else None
             self._release_reserve()
-            path = self._write(trigger, reason, exc, cls, self._capture(False, None))
+            path = self._write(trigger, reason, exc, cls,
+                               self._capture(False, None, killer=cls is not None and cls.is_oom))
             if exc is not None and path is not None:
                 self._mark(exc, path)
             return path
@@ -340,12 +343,14 @@ class FlightRecorder:
     def on_step_boundary(self) -> None:
         """Called from the session every few steps: flush a capture nobody claimed."""
         pend = self._pending
-        if pend is not None and not pend.claimed and time.monotonic() - pend.mono > 1.0:
+        if pend is not None and not pend.claimed and \
+                time.monotonic() - max(pend.mono, pend.done) > 1.0:
             self._flush_pending()
 
-    def _capture(self, pre_unwind: bool, observer: dict[str, int] | None) -> Capture:
+    def _capture(self, pre_unwind: bool, observer: dict[str, int] | None,
+                 killer: bool = True) -> Capture:
         return capture(self.view, pre_unwind, observer, self.config.timeline_rows,
-                       self.config.census_top_n)
+                       self.config.census_top_n, killer=killer)
 
     # ------------------------------------------------------------------ writing
     def _write(self, trigger: str, reason: str | None, exc: BaseException | None,

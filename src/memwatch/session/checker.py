@@ -25,7 +25,7 @@ from memwatch.analysis.context import CheckContext
 from memwatch.core.costs import Costs
 from memwatch.core.findings import Finding, Origin
 from memwatch.core.protocols import CheckReport, SessionView
-from memwatch.session.config import WatchConfig
+from memwatch.session.config import CHECK_CAP_STEPS, WatchConfig
 from memwatch.session.faults import Faults
 from memwatch.session.plan import RunPlan
 from memwatch.session.sampling import Sampling
@@ -111,9 +111,14 @@ class Checker:
         try:
             from memwatch.analysis import Analyzer
             from memwatch.analysis.culprits.live import LiveEvidence
+            from memwatch.bundle.paths import OutputPaths
 
-            self.analyzer = Analyzer(self._config.analyzer_config,
-                                     evidence=LiveEvidence(self._costs))
+            cfg = self._config
+            # DataLoader workers answer censuses of their own to the training session
+            workers = str(OutputPaths.resolve(cfg.out_dir).workers) \
+                if cfg.workers and cfg.stage == "train" else None
+            self.analyzer = Analyzer(cfg.analyzer_config, evidence=LiveEvidence(
+                self._costs, workers_dir=workers, share=cfg.share))
         except Exception as e:  # noqa: BLE001
             self._faults.disable("analyzer", e)
 
@@ -255,12 +260,16 @@ class Checker:
     def check(self, summary: EpochSummary | None, at: str, epoch: int,
               partial: EpochSummary | None = None, exchange: bool = True,
               device_snapshot: Callable[[], Any] | None = None) -> CheckReport:
-        """One check of ``summary`` (``at``: ``"epoch_end"`` or ``"interval"``): its verdicts
+        """One check of ``summary`` (``at``: ``"epoch_end"``, ``"interval"`` or ``"final"``, the
+        last word when the session closes): its verdicts
         and, when ``exchange``, rank 0's across ranks; the report the session hands on.
         ``device_snapshot``: the device allocator's snapshot, when its history is recorded."""
         tl = self._sampling.timeline
         closing = self._sampling.read_now()  # before any of the check's own work
-        defer = at == "interval" and self._plan.defer_leaks(bool(tl is not None and tl.epochs))
+        early = at == "interval" and self._config.check_every_n_steps == "auto" and \
+            self._sampling.step_count < CHECK_CAP_STEPS
+        defer = at != "epoch_end" and self._plan.defer_leaks(bool(tl is not None and tl.epochs),
+                                                             early)
         origin = self.origin(summary, epoch)
         new = self.judge(summary, at, origin, partial=partial, defer_leaks=defer,
                          device_snapshot=device_snapshot, exchange=exchange, closing=closing)

@@ -37,10 +37,13 @@ from memwatch.runtime.watchdog import WatchdogConfig, parse_watchdog
 from memwatch.session import validate as v
 from memwatch.session.validate import DEVICE_CHOICES
 
-__all__ = ["DEVICE_CHOICES", "Flag", "OptionSpec", "WatchConfig", "flags", "spec"]
+__all__ = ["CHECK_CAP_STEPS", "DEVICE_CHOICES", "Flag", "OptionSpec", "WatchConfig", "flags",
+           "spec"]
 
 #: The background sampler's period when ``interval_s`` is left to memwatch (paced).
 DEFAULT_INTERVAL_S = 1.0
+#: ``check_every_n_steps="auto"``: the longest interval of the checks sized to the run (steps).
+CHECK_CAP_STEPS = 5000
 T = TypeVar("T")
 
 
@@ -51,7 +54,8 @@ class Flag:
     Attributes:
         name: the flag (``"--check-every-n-steps"``).
         kind: how its value is read: ``"str"``, ``"int"``, ``"float"`` (``"int?"``,
-            ``"float?"``: ``none`` too), ``"on"``/``"off"`` (a flag alone sets the option
+            ``"float?"``: ``none`` too; ``"steps"``: an int, ``none`` or ``auto``),
+            ``"on"``/``"off"`` (a flag alone sets the option
             True/False), ``"frames"`` (alone, or with a number: ``--tracemalloc``).
         help: its line in ``memwatch run --help``.
     """
@@ -190,6 +194,16 @@ class WatchConfig:
     bundle_report: str = option("auto", flag=Flag("--bundle-report", "str",
                                                   "each bundle's report.html: auto, full, "
                                                   "tables, none"))
+    #: What a training session leaves in ``out_dir`` when it closes: ``report.html`` (the
+    #: run's verdicts first, then its charts) and ``summary.json`` (the same for a machine; see
+    #: ``docs/bundle-format.md``). ``"auto"`` (default): the charts (plotly.js inlined, about
+    #: 5 MB) when drawing them keeps memwatch within its 1% budget of the run, the tables alone
+    #: (a few KiB) otherwise; ``"full"``: always the charts; ``"tables"``; ``"none"``: neither
+    #: file.
+    run_report: str = option("auto", v.choice("auto", "full", "tables", "none"),
+                         Flag("--report", "str", "OUT_DIR/report.html and summary.json at the "
+                              "end: full (charts, the default of memwatch run), tables, auto "
+                              "(charts when cheap), none"))
     #: ``True`` (defaults), ``False``, a dict or a :class:`memwatch.WatchdogConfig` (thresholds
     #: and actions).
     watchdog: Any = option(True, lambda name, value: parse_watchdog(value),
@@ -220,17 +234,19 @@ class WatchConfig:
     stage: str = option("train", v.choice(*STAGES))
     #: A check (verdicts) inside the epoch every N optimizer steps (with
     #: ``check_every_s``: whichever comes first); ``None`` turns it off (both ``None``: checks
-    #: at epoch ends only). Every epoch end is a check too. The defaults (5,000 steps, 600 s)
-    #: give a 100k-step run of one epoch its first verdicts within about half an hour at any
-    #: speed (a leak is confirmed at the second or third check after it starts): see
-    #: ``docs/findings.md``. Only step-based checks exchange summaries across ranks (every rank
-    #: reaches the same step; the clocks of ranks differ).
-    check_every_n_steps: int | None = option(
-        5000, v.optional(v.at_least(16, "(a check needs a few points to see a trend), or None "
-                                        "for checks at epoch ends and by time only; e.g. "
-                                        "5000.")),
-        Flag("--check-every-n-steps", "int?",
-             "a check (verdicts) every N optimizer steps (>= 16; default 5000; none: off)"))
+    #: at epoch ends only). Every epoch end is a check too. ``"auto"`` (default): checks sized
+    #: to the run while its length is unknown: at steps 100, 200, 400 ... 3,200 (each interval
+    #: twice the previous one, none before the process ran 0.1 s of CPU since the last one),
+    #: then every 5,000 steps; once an epoch has ended, every 5,000 steps inside epochs
+    #: (:mod:`memwatch.session.cadence`). A short run is judged, a long one pays for six more
+    #: checks than every 5,000 steps would (a leak is confirmed at the second or third check
+    #: after it starts): see ``docs/findings.md``. Only step-based checks exchange summaries
+    #: across ranks (every rank reaches the same step; the clocks of ranks differ).
+    check_every_n_steps: int | str | None = option(
+        "auto", v.check_steps,
+        Flag("--check-every-n-steps", "steps",
+             "a check (verdicts) every N optimizer steps (>= 16); auto (default: 100, 200, "
+             "400 ... then every 5000); none: off"))
     #: ... and every T seconds (``None``: not by time).
     check_every_s: float | None = option(
         600.0, v.optional(v.positive("for example 600 (seconds), or None")),
@@ -294,6 +310,13 @@ class WatchConfig:
     @property
     def watchdog_config(self) -> WatchdogConfig | None:
         return self.watchdog  # type: ignore[no-any-return]
+
+    @property
+    def check_cadence(self) -> int | None:
+        """``check_every_n_steps`` as a number of steps (``"auto"``: the cap of the checks
+        sized to the run, :data:`CHECK_CAP_STEPS`); ``None``: no step-based checks."""
+        n = self.check_every_n_steps
+        return CHECK_CAP_STEPS if n == "auto" else n  # type: ignore[return-value]
 
     @property
     def sample_every_s(self) -> float:

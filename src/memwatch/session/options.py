@@ -65,11 +65,12 @@ class AdapterOptions(TypedDict, total=False):
     record_history: bool
     signals: bool
     bundle_report: str
+    run_report: str
     watchdog: Any
     sinks: Sequence[Any] | SinkSet | None
     tracemalloc: bool | int
     stage: str
-    check_every_n_steps: int | None
+    check_every_n_steps: int | str | None
     check_every_s: float | None
     horizon_s: float
     steps_per_epoch: int | None

@@ -64,6 +64,7 @@ class Runtime:
 
             try:
                 self.recorder = FlightRecorder(rcfg, self._view, oom_dir=paths.oom,
+                                               end_dir=paths.end_of_run,
                                                on_bundle=self._sinks.bundle,
                                                render_report=render_bundle_html, ranks=ranks_doc)
                 self.recorder.start()

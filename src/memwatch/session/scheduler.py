@@ -1,7 +1,8 @@
 """When a session's periodic work runs: every N optimizer steps (the sinks' samples, the watchdog
-and the flight recorder's housekeeping, checks inside long epochs) and every T seconds (checks by
-time). One object owns both clocks, so ``step()`` asks one question behind two comparisons: is
-anything due?
+and the flight recorder's housekeeping, checks inside long epochs), at steps sized to the run
+(checks while its length is unknown: :class:`memwatch.session.cadence.SizedChecks`) and every T
+seconds (checks by time). One object owns both clocks, so ``step()`` asks one question behind
+two comparisons: is anything due?
 
 Example::
 
@@ -25,6 +26,8 @@ import math
 import sys
 from collections.abc import Callable
 
+from memwatch.session.cadence import SizedChecks
+
 __all__ = ["Scheduler"]
 
 _NEVER = sys.maxsize
@@ -38,6 +41,7 @@ class _Task:
     fn: Callable[[int], None]
     aligned: bool  # due at multiples of `every` (the logged steps stay aligned across a resume)
     due: int = _NEVER
+    sized: SizedChecks | None = None  # checks sized to the run: its steps, its CPU floor
 
 
 class Scheduler:
@@ -67,14 +71,21 @@ class Scheduler:
         self._plan(task, step)
         self._refresh()
 
-    def checks(self, every_n: int | None, every_s: float | None,
+    def checks(self, every_n: int | SizedChecks | None, every_s: float | None,
                by_steps: Callable[[int], None], by_time: Callable[[int], None], step: int,
                now: float) -> None:
-        """Checks every ``every_n`` steps (``by_steps(step)``) and/or every ``every_s`` seconds
-        (``by_time(step)``), whichever comes first; after any check both count from then on."""
+        """Checks every ``every_n`` steps (``by_steps(step)``; a :class:`SizedChecks`: at the
+        steps it sizes to the run) and/or every ``every_s`` seconds (``by_time(step)``),
+        whichever comes first; after any check both count from then on."""
         self._by_time = by_time
         self._every_s = every_s
-        if every_n is not None:
+        if isinstance(every_n, SizedChecks):
+            self._tasks = [t for t in self._tasks if t.name != _CHECK]
+            task = _Task(_CHECK, every_n.cap, by_steps, False, sized=every_n)
+            self._tasks.append(task)
+            self._plan(task, step)
+            self._refresh()
+        elif every_n is not None:
             self.every_steps(_CHECK, every_n, by_steps, step)
         else:
             self._tasks = [t for t in self._tasks if t.name != _CHECK]
@@ -86,13 +97,18 @@ class Scheduler:
         added, then a check by time. A task's exception propagates (the session owns the
         failure rule); the schedule is kept either way."""
         due = [t for t in self._tasks if step >= t.due]
+        waiting = {id(t) for t in due if t.sized is not None and not t.sized.ready(t.due)}
         for t in due:
-            self._plan(t, step)
+            if id(t) in waiting:
+                assert t.sized is not None
+                t.due = t.sized.recheck(step, t.due)  # the CPU floor is not met yet
+            else:
+                self._plan(t, step)
         self._refresh()
         try:
             for t in due:
                 # An aligned task only fires on its multiples (not after a jump past one).
-                if not t.aligned or step % t.every == 0:
+                if id(t) not in waiting and (not t.aligned or step % t.every == 0):
                     t.fn(step)
             if now >= self.due_t and self._by_time is not None:
                 # (a step-based check just now pushed the time-based one back)
@@ -100,11 +116,17 @@ class Scheduler:
         finally:
             self._refresh()
 
-    def checked(self, step: int, now: float) -> None:
+    def checked(self, step: int, now: float, epoch_end: bool = False) -> None:
         """A check ran (at an epoch end, by steps or by time): the next one is due
-        ``every_n`` steps and ``every_s`` seconds from now."""
+        ``every_n`` steps (or the next sized step) and ``every_s`` seconds from now. After an
+        epoch end, checks sized to the run keep to the cap's multiples (epochs give the
+        rhythm)."""
         for t in self._tasks:
             if t.name == _CHECK:
+                if t.sized is not None:
+                    if epoch_end:
+                        t.sized.epoch_ended()
+                    t.sized.checked()
                 self._plan(t, step)
         self._refresh()
         self.due_t = now + self._every_s if self._every_s is not None else math.inf
@@ -123,7 +145,10 @@ class Scheduler:
         self.due_t = math.inf
 
     def _plan(self, t: _Task, step: int) -> None:
-        t.due = (step // t.every + 1) * t.every if t.aligned else step + t.every
+        if t.sized is not None:
+            t.due = t.sized.due_after(step)
+        else:
+            t.due = (step // t.every + 1) * t.every if t.aligned else step + t.every
 
     def _refresh(self) -> None:
         self.next_due = min((t.due for t in self._tasks), default=_NEVER)

@@ -26,6 +26,7 @@ is ignored with one warning.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import threading
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Any, cast
 from memwatch.bundle.paths import OutputPaths
 from memwatch.core.costs import Costs
 from memwatch.core.errors import ConfigError
+from memwatch.core.exiting import at_exit
 from memwatch.core.findings import Finding
 from memwatch.core.forking import ForkRegistry
 from memwatch.core.protocols import SessionView
@@ -48,9 +50,11 @@ from memwatch.runtime.dispatch import SinkSet
 from memwatch.runtime.recorder import FlightRecorder
 from memwatch.runtime.warn import FindingWarner
 from memwatch.runtime.watchdog import Watchdog
+from memwatch.session.answer import Answer
+from memwatch.session.cadence import check_steps
 from memwatch.session.checker import MAX_FINDINGS, Checker
 from memwatch.session.checkpoint import Checkpointer
-from memwatch.session.config import WatchConfig
+from memwatch.session.config import CHECK_CAP_STEPS, WatchConfig
 from memwatch.session.faults import Faults
 from memwatch.session.options import check_names
 from memwatch.session.part import Part
@@ -131,6 +135,7 @@ class MemWatch:
         self._checker = Checker(config, self.view, self._faults, self._sampling, self._run_plan,
                                 self._costs)
         self._checkpoints = Checkpointer()
+        self._answer = Answer(config)
         self._warner = FindingWarner()
         self._training_thread = TrainingThread(self._costs)
         self._running = False
@@ -161,6 +166,9 @@ class MemWatch:
     rank_summaries: Part[list[dict[str, Any] | None]] = Part("_checker", "rank_summaries")
     rank_last_seen: Part[list[dict[str, Any] | None]] = Part("_checker", "rank_last_seen")
     recorder: Part[FlightRecorder | None] = Part("_runtime", "recorder")
+    #: What the closed session left in ``out_dir``: ``report.html`` and ``summary.json``.
+    report_path: Part[Path | None] = Part("_answer", "report_path")
+    summary_path: Part[Path | None] = Part("_answer", "summary_path")
     #: The black box (None when off, or in an evaluation session).
     blackbox: Part[BlackBox | None] = Part("_runtime", "blackbox")
     #: Runs in the same ``out_dir`` that ended without a clean close, reported at start.
@@ -225,11 +233,12 @@ class MemWatch:
     def analyzer(self, analyzer: Judge | None) -> None:
         self._checker.use_analyzer(analyzer)
 
-    def plan_run(self, total_steps: int | None = None,
-                 steps_per_epoch: int | None = None) -> None:
+    def plan_run(self, total_steps: int | None = None, steps_per_epoch: int | None = None,
+                 epochs: bool | None = None) -> None:
         """The run's planned length and its epochs' length, when the framework knows them
-        (each ignored when None or already given as an option)."""
-        self._run_plan.plan(total_steps, steps_per_epoch)
+        (each ignored when None or already given as an option); ``epochs=False``: the loop has
+        none (its first checks may judge leaks: :class:`memwatch.session.plan.RunPlan`)."""
+        self._run_plan.plan(total_steps, steps_per_epoch, epochs)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> MemWatch:
@@ -242,7 +251,8 @@ class MemWatch:
         self._costs.start = time.monotonic()
         cfg = self.config
         paths = OutputPaths.resolve(cfg.out_dir)  # once: a later chdir moves nothing
-        if cfg.recorder or (cfg.blackbox_every_s is not None and cfg.stage == "train"):
+        if cfg.recorder or (cfg.stage == "train" and (cfg.blackbox_every_s is not None
+                                                      or cfg.run_report != "none")):
             check_out_dir(paths.given, cfg.share)  # ConfigError when unsafe (docs/security.md)
         self._sampling.open()
         self._checker.start()
@@ -251,20 +261,27 @@ class MemWatch:
             # Before the recorder, watchdog and sinks schedule their ticks from step_count.
             self._restore(pending)
         self._runtime.start(paths, self._checker.ranks_doc, self._sampling.after_each_poll)
+        self._answer.start(paths)
         self._plan()
         self._running = True
         _in_children.add(self)
+        at_exit.add(self)  # a run that never closes is closed cleanly when the interpreter exits
         self._costs.add("start", time.perf_counter() - t0)
         return self
 
     def close(self) -> None:
-        """Stop the sampler, release probes. Idempotent; never raises."""
+        """The last word (a check of what was seen since the last one), then stop the sampler,
+        release probes, and leave the run's report and ``summary.json`` in ``out_dir``
+        (``run_report=``). Idempotent; never raises."""
         if self._closed:
             return
+        if self._running and os.getpid() == self._pid:
+            self._interval_check(False, self.step_count, at="final")
         self._closed = True
         self._running = False
         if os.getpid() != self._pid:
             return  # a forked child owns none of this
+        at_exit.discard(self)
         self._scheduler.clear()
         self._runtime.final_bundle()
         if self._sinks and self._owns_sinks:
@@ -273,6 +290,7 @@ class MemWatch:
         self._sampling.close()
         self._warner.flush()
         self._checker.close()
+        self._answer.leave(self, self._costs)
 
     def __enter__(self) -> MemWatch:
         return self.start()
@@ -292,7 +310,9 @@ class MemWatch:
             # Multiples of N, so the logged steps stay aligned across a resume.
             s.every_steps("sinks", cfg.log_every_n_steps, self._sink_sample, n, aligned=True)
         if self._checker.analyzer is not None:
-            s.checks(cfg.check_every_n_steps, cfg.check_every_s,
+            s.checks(check_steps(cfg.check_every_n_steps, CHECK_CAP_STEPS,
+                                 self._checker.exchange is not None, self._epoch > 0),
+                     cfg.check_every_s,
                      functools.partial(self._interval_check, True),
                      functools.partial(self._interval_check, False), n, time.monotonic())
 
@@ -372,14 +392,13 @@ class MemWatch:
         is its plateau; :attr:`findings` keeps the history). See ``docs/findings.md``."""
         return self._checker.current()
 
-    def _interval_check(self, aligned: bool, step: int) -> None:
-        """A check inside the epoch (every ``check_every_n_steps``, ``aligned``: every rank is
-        at this step, so ranks exchange summaries; or every ``check_every_s``): the segment
-        since the previous check, and the epoch so far once an epoch ended. Its findings are
-        warned about (``step()`` returns none)."""
+    def _interval_check(self, aligned: bool, step: int, at: str = "interval") -> None:
+        """A check inside the epoch (by steps, ``aligned``: ranks exchange summaries; or by
+        time), or the last word at close (``at="final"``): the segment since the previous
+        check (and the epoch so far once one ended); its findings are warned about."""
         got = self._checker.interval_summary()
         if got is not None:
-            self._check(got[0], "interval", partial=got[1], exchange=aligned)
+            self._check(got[0], at, partial=got[1], exchange=aligned)
 
     def _check(self, summary: EpochSummary | None, at: str, partial: EpochSummary | None = None,
                exchange: bool = True) -> list[Finding]:
@@ -387,10 +406,10 @@ class MemWatch:
         schedule. memwatch's own work in all of it is measured (the run is judged without
         it)."""
         with self._checker.own_work():
-            report = self._checker.check(summary, at, self._epoch, partial=partial,
-                                         exchange=exchange,
-                                         device_snapshot=self._runtime.device_snapshot(
-                                             self.device))
+            report = dataclasses.replace(self._checker.check(
+                summary, at, self._epoch, partial=partial, exchange=exchange,
+                device_snapshot=self._runtime.device_snapshot(self.device)),
+                current=tuple(self.current_findings()))
             self._runtime.on_check(report)
             if self._sinks and summary is not None:
                 self._sinks.check(report)
@@ -401,7 +420,8 @@ class MemWatch:
                 self._warner.tell(report.findings, warn=at == "interval", at=at)
                 self._warner.end_check(at, self.config.stage)
             self._sampling.refresh_slow()
-            self._scheduler.checked(self.step_count, time.monotonic())
+            self._scheduler.checked(self.step_count, time.monotonic(),
+                                    epoch_end=at == "epoch_end")
         return list(report.findings)
 
     def _sink_sample(self, step: int) -> None:

@@ -30,8 +30,8 @@ from memwatch.core.errors import ConfigError
 from memwatch.core.safefs import modes
 from memwatch.runtime.dispatch import SinkSet, validate_sinks
 
-__all__ = ["DEVICE_CHOICES", "Check", "analyzer_config", "at_least", "capacity", "choice",
-           "device", "even_buckets", "flag", "optional", "out_dir", "positive",
+__all__ = ["DEVICE_CHOICES", "Check", "analyzer_config", "at_least", "capacity", "check_steps",
+           "choice", "device", "even_buckets", "flag", "optional", "out_dir", "positive",
            "positive_int", "share", "sinks", "tracemalloc_frames"]
 
 #: A check: ``(option name, value) -> the value kept``; raises ConfigError.
@@ -84,6 +84,16 @@ def at_least(low: int, why: str) -> Check:
             raise ConfigError(f"{name}={value!r} must be an int >= {low} {why}")
         return value
     return check
+
+
+def check_steps(name: str, value: Any) -> int | str | None:
+    """``check_every_n_steps``: ``"auto"`` (sized to the run), ``None`` (off) or an int >= 16."""
+    if value is None or value == "auto":
+        return "auto" if value is not None else None
+    steps: int = at_least(16, "(a check needs a few points to see a trend), 'auto' (checks "
+                              "sized to the run) or None for checks at epoch ends and by time "
+                              "only; e.g. 5000.")(name, value)
+    return steps
 
 
 def choice(*choices: str, why: str = "") -> Check:

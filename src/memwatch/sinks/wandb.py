@@ -5,18 +5,26 @@ in this order: the ``run=`` it was given (a ``wandb`` run, a Lightning ``WandbLo
 transformers ``WandbCallback``, an Accelerate wandb tracker), else ``wandb.run``. It imports
 nothing: when wandb was never imported by the program there can be no run, and the sink does
 nothing. A rank without a run (DDP ranks > 0 under Lightning) does nothing either; a rank with
-its own run logs its own series, whose keys carry the rank when ``world_size > 1``
-(``memwatch/rank1/host.rss_gib``).
+its own run logs its own memory under the same keys (the run is that rank's).
+
+It is the one writer of memwatch's keys into W&B, whatever the loop or launcher: the framework
+adapters leave W&B to it (their own logging paths still feed the other loggers). Its data joins
+the framework's current history row (``commit=False``): it never adds rows of its own, and its
+series are drawn against ``memwatch/step`` (the optimizer step) through ``define_metric``.
 
 What lands in the run (every key, and what each panel shows: ``docs/wandb.md``):
 
-* per-sample series under ``memwatch/`` (one section of panels), keyed to ``memwatch/step`` (the
-  optimizer step) through ``define_metric``, with ``max`` summaries for memory levels;
-* at every check (:meth:`WandbSink.on_check`: epoch ends and checks inside epochs, training and
-  evaluation loops) ``memwatch/findings/...`` counts and rates, the ``memwatch/findings_table``
-  (one row per finding of every loop, cumulative), a ``memwatch/leak/<metric>`` chart per leaking
-  metric (check floors, fitted trend, forecast to the limit), ``run.summary`` fields (verdict,
-  peaks, worst forecast) and, when the run is online, one ``run.alert`` per critical finding;
+* per-sample series under ``memwatch/`` (one section of panels), with ``max`` summaries for
+  memory levels;
+* at every check (:meth:`WandbSink.on_check`: epoch ends, checks inside epochs, the last word,
+  training and evaluation loops) ``memwatch/findings/...`` counts and rates, an evaluation
+  loop's figures under ``memwatch/<stage>/``, rank 0's figures of every rank, a
+  ``memwatch/leak/<metric>`` chart per leaking metric (check floors, fitted trend, forecast to
+  the limit), ``run.summary`` fields (the verdict, the number of current verdicts, peaks, worst
+  forecast, the verdicts later checks withdrew), one ``memwatch/findings_table`` in the summary
+  (one row per belief: its current state and history, written again only when a verdict
+  changes) and, when the run is online, one ``run.alert`` per
+  warning or critical finding;
 * every flight-recorder bundle (already redacted) as an artifact of type ``memwatch-oom`` (an
   OOM) or ``memory-snapshot`` (anything else, including the end-of-run report that the sink asks
   for when the run had a warning or a confirmed leak), plus its ``report.html`` as
@@ -55,14 +63,16 @@ from memwatch.core.findings import Finding
 from memwatch.core.metrics import (
     FINDING_COLUMNS,
     PREFIX,
+    check_metrics,
     finding_row,
-    findings_metrics,
     is_count,
     to_log_metrics,
 )
 from memwatch.core.protocols import CheckReport
-from memwatch.core.units import GIB, fmt_bytes
-from memwatch.runtime.warn import NOTICE_KINDS, warning_text
+from memwatch.core.units import fmt_bytes
+from memwatch.core.verdict_words import counts, run_verdict, worst_first
+from memwatch.runtime.warn import warning_text
+from memwatch.sinks.wandb_panels import leak_chart, summary_fields
 
 __all__ = ["WandbSink", "find_run"]
 
@@ -72,7 +82,8 @@ _OOM_CLASSES = ("cuda_oom", "host_oom", "mps_oom")
 _FINAL_CHOICES = ("findings", "always", "never")
 _MAX_TABLE_ROWS = 500
 _MAX_CHECKS = 64  # floors kept per metric for the leak charts
-_SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
+_ALERT_LEVELS = {"warning": "WARN", "critical": "ERROR"}
+_TABLE = f"{PREFIX}/findings_table"
 
 
 def _is_run(obj: Any) -> bool:
@@ -122,17 +133,18 @@ class WandbSink:
     Args:
         run: where to find the run (see :func:`find_run`); ``None`` uses ``wandb.run`` when a
             run exists. Resolved lazily, so the sink may be created before ``wandb.init``.
-        stage: ``"train"`` (keys ``memwatch/...``) or ``"val"``/``"test"`` (``memwatch/val/...``).
-        commit: ``True``: each memwatch sample is its own history row. ``False``: it joins the
-            trainer's current row and never moves the run's step (needed when the trainer logs
-            with explicit ``step=`` values, as Accelerate does). ``None`` (default): ``False``
-            for a run found through an Accelerate tracker, ``True`` otherwise.
-        series: log the per-step series and the findings counts and table. ``False`` when a
-            framework adapter already writes those through its own logger (the transformers
-            callback and the Accelerate hook do): the sink then adds only what they cannot
-            (leak charts, summary, alerts, artifacts, report), without a second copy of a key.
-        charts: log a leak chart per leaking metric at epoch ends.
-        alerts: ``run.alert`` once per critical finding (kind, metric), online runs only.
+        stage: ``"train"`` (keys ``memwatch/...``) or ``"val"``/``"test"`` (``memwatch/val/...``):
+            the loop whose samples it gets.
+        commit: ``False`` (default): memwatch's data joins the framework's current history row
+            and never moves the run's step (no rows of its own). ``True``: each memwatch sample is
+            a row of its own (what it did before).
+        series: log the per-step series, the evaluation loops' figures and the findings counts.
+            ``False`` when something else writes memwatch's keys into this run; the sink then
+            adds only the leak charts, summary, findings table, alerts, artifacts and report.
+        charts: log a leak chart per leaking metric at checks.
+        alerts: ``True``: ``run.alert`` once per warning or critical finding (kind, metric and
+            severity) when the run is online; ``"always"``: offline runs too (W&B sends them
+            when the run is synced); ``False``: none.
         artifacts: upload bundles as artifacts.
         final_snapshot: when the session closes without an uploaded bundle, ask it for one
             end-of-run bundle (HTML report, snapshot): ``"findings"`` (after a warning or
@@ -140,19 +152,21 @@ class WandbSink:
             ``"never"``.
     """
 
-    def __init__(self, run: Any = None, *, stage: str = "train", commit: bool | None = None,
-                 series: bool = True, charts: bool = True, alerts: bool = True,
+    def __init__(self, run: Any = None, *, stage: str = "train", commit: bool = False,
+                 series: bool = True, charts: bool = True, alerts: bool | str = True,
                  artifacts: bool = True, final_snapshot: str = "findings") -> None:
         if stage not in ("train", "val", "test", "predict"):
             raise ConfigError(f"stage={stage!r}: use 'train', 'val', 'test' or 'predict'.")
         if final_snapshot not in _FINAL_CHOICES:
             raise ConfigError(f"final_snapshot={final_snapshot!r}: use one of {_FINAL_CHOICES}.")
+        if alerts not in (True, False, "always"):
+            raise ConfigError(f"alerts={alerts!r}: use True (online runs), 'always' or False.")
         self.source = run
         self.stage = stage
-        self.commit = commit
+        self.commit = bool(commit)
         self.series = bool(series)
         self.charts = bool(charts)
-        self.alerts = bool(alerts)
+        self.alerts = alerts
         self.artifacts = bool(artifacts)
         self.final_snapshot = final_snapshot
         self.run: Any = None
@@ -161,19 +175,25 @@ class WandbSink:
         #: Names of the artifacts logged (``name:type``), for the user and the tests.
         self.logged_artifacts: list[str] = []
         self.alerts_sent: list[str] = []
-        self._prefix = PREFIX
         self._rank = 0
         self._world = 1
         self._defined: set[str] = set()
         self._peaks: dict[str, float] = {}
         #: (stage, metric) -> (end step, floor) of the checks the sink was given.
         self._floors: dict[tuple[str, str], collections.deque[tuple[int, float]]] = {}
-        self._rows: collections.deque[list[Any]] = collections.deque(maxlen=_MAX_TABLE_ROWS)
-        #: Every belief's current finding, and its changes (``state``, ``epoch``, ``step``...).
-        self._current: dict[str, Finding] = {}
+        #: stage -> its session's current verdicts (the latest report's, or, for reports made
+        #: elsewhere, the latest finding of each belief).
+        self._current: dict[str, dict[str, Finding]] = {}
+        self._current_of: dict[str, tuple[Finding, ...]] = {}
+        #: belief -> the changes of its state (``state``, ``check``, ``step``...), oldest first.
         self._changes: dict[str, list[dict[str, Any]]] = {}
         self._n_findings = 0
-        self._alerted: set[tuple[str, str]] = set()
+        self._alerted: set[tuple[str, str, str]] = set()
+        self._table_rows: list[list[Any]] | None = None  # the rows of the table last written
+        #: A check's figures and charts, waiting to join the next sample's row (a check at an
+        #: epoch end or at the close comes after the framework's row of that step: logged
+        #: alone, it would end up in a row of its own).
+        self._waiting: dict[str, Any] = {}
         self._uploaded = False
 
     # ------------------------------------------------------------------ the run
@@ -189,39 +209,50 @@ class WandbSink:
 
         info = rank_info()
         self._rank, self._world = info["rank"], info["world_size"]
-        self._prefix = PREFIX if self._world <= 1 else f"{PREFIX}/rank{self._rank}"
-        step_key = self._step_key
-        run.define_metric(step_key, hidden=True)
-        self._defined.add(step_key)
         return run
 
-    @property
-    def _step_key(self) -> str:
-        return f"{self._prefix}/step" if self.stage == "train" else \
-            f"{self._prefix}/{self.stage}/step"
+    def _step_key(self, stage: str) -> str:
+        return f"{self._head(stage)}/step"
 
     def _commit(self) -> bool:
-        if self.commit is not None:
-            return self.commit
-        return self.found_via != "accelerate"
+        return self.commit
 
-    def _define(self, run: Any, keys: Sequence[str]) -> None:
+    def _define(self, run: Any, keys: Sequence[str], step_key: str) -> None:
+        if step_key not in self._defined:
+            self._defined.add(step_key)
+            run.define_metric(step_key, hidden=True)
         for k in keys:
             if k in self._defined:
                 continue
             self._defined.add(k)
             if k.endswith(("_gib", "_mib_per_step")):
-                summary = "max"  # a memory level's summary is its peak
+                # a memory level's summary is its peak
+                run.define_metric(k, step_metric=step_key, summary="max")
             elif k.endswith(("steps_to_oom", "_seconds_to_oom_s")):
-                summary = "min"  # the most urgent forecast
-            else:
-                summary = "last"
-            run.define_metric(k, step_metric=self._step_key, summary=summary)
+                run.define_metric(k, step_metric=step_key, summary="min")  # the most urgent
+            else:  # counts: the summary is the last value, a plain number
+                run.define_metric(k, step_metric=step_key)
 
-    def _log(self, run: Any, data: dict[str, Any], step: int) -> None:
-        data[self._step_key] = step
-        self._define(run, [k for k, v in data.items() if isinstance(v, (int, float))])
+    def _log(self, run: Any, data: dict[str, Any], step: int, stage: str | None = None) -> None:
+        key = self._step_key(stage or self.stage)
+        data[key] = step
+        self._define(run, [k for k, v in data.items() if isinstance(v, (int, float))], key)
+        if self._waiting:  # a check's figures ride on this row (the sample's step wins)
+            data = {**self._waiting, **data}
+            self._waiting = {}
         run.log(data, commit=self._commit())
+
+    def _later(self, run: Any, data: dict[str, Any], step: int, stage: str) -> None:
+        """A check's row: with the next sample (see :attr:`_waiting`); now when no sample comes
+        (``series=False``, ``commit=True``), or where the framework logs with explicit steps
+        (Accelerate's trackers: the row of its last step is still open, and takes it)."""
+        if not self.series or self.commit or self.found_via == "accelerate":
+            self._log(run, data, step, stage)
+            return
+        key = self._step_key(stage)
+        data[key] = step
+        self._define(run, [k for k, v in data.items() if isinstance(v, (int, float))], key)
+        self._waiting.update(data)
 
     # ------------------------------------------------------------------ sink protocol
     def on_metrics(self, step: int, sample: Mapping[str, float]) -> None:
@@ -234,47 +265,68 @@ class WandbSink:
         run = self._get_run()
         if run is None:
             return
-        self._log(run, to_log_metrics(sample, stage=self.stage, prefix=self._prefix), step)
+        self._log(run, to_log_metrics(sample, stage=self.stage), step)
 
     def on_check(self, report: CheckReport) -> None:
-        """A check of any loop: its findings join the table, the verdict and the alerts; the
-        counts and leak charts are logged under that loop's keys (counts only for this sink's
-        own stage: a framework logger writes the evaluation loops' counts)."""
+        """A check of any loop: its findings join the verdict, the table and the alerts; its
+        figures (counts, an evaluation loop's levels, rank 0's figures of every rank) and leak
+        charts are logged under that loop's keys, on the framework's current row."""
         self._remember(report)
+        self._n_findings += len(report.findings)
+        mine = self._current.setdefault(report.stage, {})
         for f in report.findings:
-            self._n_findings += 1
-            key = f.belief or f"{f.stage}/{f.metric}/{f.kind}"
-            self._current.pop(key, None)
-            self._current[key] = f
+            key = _belief(f)
+            mine.pop(key, None)
+            mine[key] = f
             changes = self._changes.setdefault(key, [])
             changes += [c for c in history([f], key)
                         if not changes or c["state"] != changes[-1]["state"]]
-        # The table shows the current verdicts, one row per belief, with their history.
-        self._rows.clear()
-        self._rows.extend(finding_row(f, f.stage, self._history(k))
-                          for k, f in self._current.items())
+        if report.current:
+            self._current_of[report.stage] = tuple(report.current)
         run = self._get_run()
         if run is None:
             return
         wandb = sys.modules["wandb"]
-        findings, step = report.findings, int(report.step)
         data: dict[str, Any] = {}
-        head = self._head(report.stage)
-        if self.series and report.stage == self.stage:
-            data.update(findings_metrics(findings, stage=self.stage, prefix=self._prefix))
-        if findings and self.series:
-            data[f"{self._head()}/findings_table"] = wandb.Table(
-                columns=list(FINDING_COLUMNS), data=[list(r) for r in self._rows])
+        if self.series:
+            data.update(check_metrics(report))
         if self.charts:
-            for f in findings:
+            for f in report.findings:
                 if f.kind == "leak" and f.bytes_per_step:
-                    chart = self._leak_chart(wandb, f)
+                    chart = leak_chart(wandb, f, list(self._floors.get((f.stage, f.metric), ())),
+                                       self._peaks)
                     if chart is not None:
-                        data[f"{head}/leak/{f.metric}"] = chart
+                        data[f"{self._head(f.stage)}/leak/{f.metric}"] = chart
         if data:
-            self._log(run, data, step)
+            self._later(run, data, int(report.step), report.stage)
+        self._write_table(run, wandb, final=False)
         run.summary.update(self._summary_fields())
-        self._alert(run, findings)
+        self._alert(run, report.findings)
+
+    def current(self) -> list[Finding]:
+        """The current verdicts of every loop this sink heard of: one per belief (the latest
+        report's, or, for reports made elsewhere, the latest finding of each belief)."""
+        out: list[Finding] = []
+        for stage in sorted({*self._current_of, *self._current}):
+            got = self._current_of.get(stage)
+            out += list(got) if got is not None else list(self._current.get(stage, {}).values())
+        return out
+
+    def _write_table(self, run: Any, wandb: Any, final: bool) -> None:
+        """The findings table, one row per belief (its current state, with its history), in the
+        run's summary: written again when a verdict changes (kind, state, severity or holder; at
+        the close, any of its figures), not at every check: each write is a new version of the
+        table's artifact."""
+        rows = [finding_row(f, f.stage, self._history(_belief(f)))
+                for f in self.current()][-_MAX_TABLE_ROWS:]
+        if not rows or not self.series and not self.charts:
+            return
+        last = self._table_rows
+        if last is not None and (rows == last or not final and _beliefs(rows) == _beliefs(last)):
+            return
+        self._table_rows = rows
+        run.summary[_TABLE] = wandb.Table(columns=list(FINDING_COLUMNS),
+                                          data=[list(r) for r in rows])
 
     def on_bundle(self, path: Path, manifest: Mapping[str, Any]) -> None:
         run = self._get_run()
@@ -317,7 +369,7 @@ class WandbSink:
         if report.is_file() and "report.html" in names:
             data[f"{head}/report"] = wandb.Html(str(report), inject=False)
         if data:
-            self._log(run, data, int(doc.get("step") or 0))
+            self._later(run, data, int(doc.get("step") or 0), self.stage)
         run.summary.update({f"{head}/bundle": f"{name} ({kind})",
                             f"{head}/bundle_trigger": str(doc.get("trigger"))})
 
@@ -328,21 +380,26 @@ class WandbSink:
             return False
         if self._get_run() is None:
             return False
-        # Warnings and leaks believed now (one withdrawn since is no reason for a snapshot).
-        return self.final_snapshot == "always" or any(_counts(f) for f in
-                                                      self._current.values())
+        return self.final_snapshot == "always" or any(counts(f) for f in self.current())
 
     def close(self) -> None:
         # The run is the user's: it is not finished here, only no longer written to.
         self.closed = True
         run = self.run
         if run is not None and not _finished(run):
+            self._write_table(run, sys.modules["wandb"], final=True)
+            # What no sample took along (the last checks' figures, a bundle's report) goes to
+            # the summary: a row of memwatch's own at the end would be the one W&B commits
+            # alone. (A chart cannot be a summary value: the latest drawn stays in the history.)
+            waiting, self._waiting = self._waiting, {}
+            run.summary.update({k: v for k, v in waiting.items() if not k.endswith("/step") and
+                                (isinstance(v, (int, float)) or type(v).__name__ == "Html")})
             run.summary.update(self._summary_fields())
 
     # ------------------------------------------------------------------ content
     def _head(self, stage: str | None = None) -> str:
         stage = stage or self.stage
-        return self._prefix if stage == "train" else f"{self._prefix}/{stage}"
+        return PREFIX if stage == "train" else f"{PREFIX}/{stage}"
 
     def _remember(self, report: CheckReport) -> None:
         """The judged summary's floors (for the leak charts) and, for this sink's stage, its
@@ -363,100 +420,50 @@ class WandbSink:
                                              collections.deque(maxlen=_MAX_CHECKS))
                 dq.append((end, floor))
 
-    def _leak_chart(self, wandb: Any, f: Finding) -> Any:
-        floors = list(self._floors.get((f.stage, f.metric), ()))
-        if not floors or not f.bytes_per_step:
-            return None
-        xs_f = [float(s) for s, _ in floors]
-        ys_f = [v / GIB for _, v in floors]
-        last_x, last_y = floors[-1]
-        slope = float(f.bytes_per_step)
-        first_x = xs_f[0]
-        xs: list[list[float]] = [xs_f, [first_x, last_x]]
-        ys: list[list[float]] = [ys_f, [(last_y + slope * (first_x - last_x)) / GIB,
-                                        last_y / GIB]]
-        keys = ["epoch floor", "fitted trend"]
-        limit = f.evidence.get("limit_bytes")
-        peak = f.evidence.get("peak_bytes") or self._peaks.get(f.metric, last_y)
-        if f.steps_to_oom is not None and math.isfinite(f.steps_to_oom) and limit:
-            end = last_x + float(f.steps_to_oom)
-            xs.append([last_x, end])
-            ys.append([float(peak) / GIB, float(limit) / GIB])
-            keys.append("forecast")
-            xs.append([first_x, end])
-            ys.append([float(limit) / GIB, float(limit) / GIB])
-            keys.append("limit")
-        rate = fmt_bytes(slope)
-        title = f"memwatch: {f.metric} leak, {rate}/step"
-        if f.steps_to_oom is not None and math.isfinite(f.steps_to_oom):
-            title += f", OOM in ~{f.steps_to_oom:,.0f} steps"
-        return wandb.plot.line_series(xs=xs, ys=ys, keys=keys, title=title,
-                                      xname="step (GiB on y)")
-
     def _history(self, key: str) -> str | None:
         changes = self._changes.get(key) or []
         return describe(changes) if len(changes) > 1 else None
 
     def _summary_fields(self) -> dict[str, Any]:
-        head = self._head()
-        out: dict[str, Any] = {f"{head}/findings_total": self._n_findings}
-        # The verdict is the current beliefs' (a leak whose growth stopped no longer counts;
-        # it is listed as withdrawn, with its history).
-        worst = sorted((f for f in self._current.values() if _counts(f)),
-                       key=lambda f: (-_rank(f), f.steps_to_oom or math.inf))
-        gone = [f"{f.metric}: {self._history(k)}" for k, f in self._current.items()
-                if state_of(f) != "leak" and
-                any(c["state"] == "leak" for c in self._changes.get(k, []))]
+        current = self.current()
+        out = summary_fields(self._head(), current, run_verdict(current), worst_first(current),
+                             self._n_findings, self._peaks)
+        # A leak verdict a later check withdrew (growth that stopped, a container that turned
+        # out bounded) no longer counts for the verdict: it is listed, with its history.
+        gone = [f"{f.metric}: {self._history(_belief(f))}" for f in current
+                if state_of(f) != "leak"
+                and any(c["state"] == "leak" for c in self._changes.get(_belief(f), []))]
         if gone:
-            out[f"{head}/verdicts_withdrawn"] = gone[-8:]
-        if worst:
-            out[f"{head}/verdict"] = _verdict(worst[0])
-            out[f"{head}/verdict_kinds"] = sorted({f"{f.kind}:{f.metric}" for f in worst})
-        else:
-            out[f"{head}/verdict"] = "ok"
-        forecasts = [f for f in worst if f.severity != "info" and f.steps_to_oom is not None
-                     and math.isfinite(f.steps_to_oom)]
-        if forecasts:
-            f = min(forecasts, key=lambda x: float(x.steps_to_oom or math.inf))
-            out[f"{head}/worst_steps_to_oom"] = float(f.steps_to_oom or 0)
-            if f.seconds_to_oom is not None and math.isfinite(f.seconds_to_oom):
-                out[f"{head}/worst_seconds_to_oom"] = float(f.seconds_to_oom)
-            out[f"{head}/worst_forecast"] = f"{f.metric}: {f.message}"
-        for metric, v in sorted(self._peaks.items()):
-            out[f"{head}/peak/{metric}_gib"] = v / GIB
+            out[f"{self._head()}/verdicts_withdrawn"] = gone[-8:]
         return out
 
     def _alert(self, run: Any, findings: Sequence[Finding]) -> None:
-        if not self.alerts or bool(getattr(run, "offline", True)):
-            return  # an offline run has nobody to notify
+        if not self.alerts or (self.alerts is True and bool(getattr(run, "offline", True))):
+            return  # an offline run has nobody to notify (unless alerts="always")
         for f in findings:
-            key = (f.kind, f.metric)
-            if f.severity != "critical" or key in self._alerted:
+            level = _ALERT_LEVELS.get(f.severity)
+            key = (f.kind, f.metric, f.severity)
+            if level is None or key in self._alerted:
                 continue
             self._alerted.add(key)
             text = warning_text(f)  # the console warning's text: verdict, holder, each fix
             where = f" [rank {self._rank}]" if self._world > 1 else ""
-            title = f"memwatch{where}: {f.kind} in {f.metric}"[:63]
-            run.alert(title=title, text=text, level="ERROR")
+            title = f"memwatch{where}: {f.kind} in {f.metric} ({f.severity})"[:63]
+            run.alert(title=title, text=text, level=level)
             self.alerts_sent.append(title)
 
 
-def _counts(f: Finding) -> bool:
-    """Does the (current) finding count for the run's verdict: a threat to the run, or a leak
-    of any severity (a confirmed leak that will not kill this run is still not "ok")."""
-    return (f.severity != "info" or f.kind in NOTICE_KINDS) and state_of(f) in (f.kind, "leak")
+def _belief(f: Finding) -> str:
+    """The belief ``f`` states (one per loop, kind and metric for a finding without one)."""
+    return f.belief or f"{f.stage}/{f.metric}/{f.kind}"
 
 
-def _rank(f: Finding) -> int:
-    return _SEVERITY_RANK[f.severity]
-
-
-def _verdict(f: Finding) -> str:
-    """``"warning: leak in device.allocated"``; a leak that is no threat says so:
-    ``"info: leak in host.rss, not a threat to this run"``."""
-    where = "" if f.stage == "train" else f" ({f.stage} loop)"
-    text = f"{f.severity}: {f.kind} in {f.metric}{where}"
-    return text + ", not a threat to this run" if f.severity == "info" else text
+def _beliefs(rows: list[list[Any]]) -> list[tuple[Any, ...]]:
+    """What a table row says, without its figures: stage, kind, metric, severity, holder,
+    state."""
+    i = {c: n for n, c in enumerate(FINDING_COLUMNS)}
+    return [(r[i["stage"]], r[i["kind"]], r[i["metric"]], r[i["severity"]],
+             str(r[i["culprit"]] or "").split(" (")[0], r[i["state"]]) for r in rows]
 
 
 def _raised(peaks: Mapping[str, float], latest: Any) -> dict[str, float]:

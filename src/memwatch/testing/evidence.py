@@ -35,6 +35,7 @@ from memwatch.analysis.evidence import (
     CensusRecord,
     Holder,
     HolderSize,
+    WorkerGrowth,
 )
 from memwatch.analysis.stats.shapes import EpochStats
 
@@ -50,7 +51,8 @@ class RecordedEvidence:
             explain as ``rss_growth_bytes`` when none is set); the default explains nothing.
         objects: the object count a census would walk; ``seconds_per_object`` its cost.
         dataset: what :meth:`dataset_bytes` answers; ``loaders`` what
-            :meth:`loaders_with_workers` answers; ``files`` what :meth:`mapped_files` answers.
+            :meth:`loaders_with_workers` answers; ``files`` what :meth:`mapped_files` answers;
+            ``workers`` what :meth:`worker_growth` answers.
         sizes: what :meth:`holder_size` answers, by holder path (set it between checks to
             script a holder that grows, fills its bound or stops).
         censuses, attributions: how many of each the analyzer asked for.
@@ -62,6 +64,7 @@ class RecordedEvidence:
     dataset: float | None = None
     loaders: tuple[int, Holder | None] = (0, None)
     files: list[tuple[str, float]] | None = None
+    workers: WorkerGrowth | None = None
     conf: str = ""
     sizes: dict[str, HolderSize] = dataclasses.field(default_factory=dict)
     censuses: int = 0
@@ -102,6 +105,9 @@ class RecordedEvidence:
 
     def mapped_files(self) -> list[tuple[str, float]] | None:
         return self.files
+
+    def worker_growth(self) -> WorkerGrowth | None:
+        return self.workers
 
     def alloc_conf(self) -> str:
         return self.conf

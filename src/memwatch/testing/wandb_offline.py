@@ -67,6 +67,15 @@ class OfflineRun:
                     out.append(json.load(f))
         return out
 
+    def summary_table(self, key: str) -> dict[str, Any] | None:
+        """The table held in the run's summary under ``key`` (its last version), or None."""
+        ref = self.summary.get(key)
+        if not (isinstance(ref, dict) and str(ref.get("path", "")).endswith(".table.json")):
+            return None
+        with open(self.path / "files" / ref["path"], encoding="utf-8") as f:
+            doc: dict[str, Any] = json.load(f)
+        return doc
+
     def series(self, key: str, step_key: str = "memwatch/step") -> list[tuple[Any, Any]]:
         """``(step, value)`` of every history row holding ``key``."""
         return [(row.get(step_key), row[key]) for row in self.history if key in row]

@@ -24,6 +24,7 @@ from memwatch.analysis.culprits.census import census as census_mod
 from memwatch.analysis.culprits.census.containers import container_growth
 from memwatch.analysis.culprits.growth import device_sites, weigh
 from memwatch.analysis.culprits.holders import holders as holders_mod
+from memwatch.analysis.culprits.holders.untracked import ArrayBases
 from memwatch.analysis.evidence import Attribution, CensusPair, GroupGrowth
 from memwatch.analysis.evidence import ContainerGrowth as _Container
 from memwatch.analysis.stats.shapes import EpochStats
@@ -37,7 +38,7 @@ def attribute(metric: str, cur: EpochStats, pair: CensusPair | None,
     stretch between them, at the judged rate) and name its holder."""
     if pair is None:
         why = "turned off (census='never')" if ctx.census == "never" else \
-            "not taken at two epoch ends yet"
+            "not taken at two checks yet"
         return Attribution(census_note=why)
     prev, rec = pair
     t0 = time.perf_counter()
@@ -51,6 +52,7 @@ def attribute(metric: str, cur: EpochStats, pair: CensusPair | None,
         objects_scanned=rec.census.objects,
         tensors_scanned=rec.census.tensors,
         census_epochs=[prev.epoch, rec.epoch],
+        census_at_steps=[prev.step, rec.step],
         growing_groups=[{**g.group.to_dict(), "count_delta": g.count_delta,
                          "bytes_delta": g.bytes_delta, "graph_nodes_delta": g.graph_nodes_delta,
                          "graph_bytes_delta": g.graph_bytes_delta} for g in growths[:8]],
@@ -108,32 +110,43 @@ def attribute(metric: str, cur: EpochStats, pair: CensusPair | None,
     walk_order.sort(key=lambda c: not (c.graph_nodes > 0 and c.bytes >= 0.5 * big))
     # CPU seconds of this thread, as in every walk (:class:`.referrers.ReferrerGraph`).
     deadline = time.thread_time() + cfg.holder_budget_s
-    for c in walk_order:
-        if time.thread_time() > deadline or c.bytes <= 0:
+    arrays = ArrayBases(budget_s=cfg.holder_budget_s / 2)
+    reasons: dict[int, str] = {}  # id(candidate) -> why its walk named nothing
+    try:
+        for c in walk_order:
+            if time.thread_time() > deadline or c.bytes <= 0:
+                break
+            # Out of the dict before the walk: a container of ours must not be reported as the
+            # holder (our frames are skipped, our dicts would not be).
+            target = objs.pop(c.target, None)
+            if target is None:
+                continue
+            # (``objs`` still holds the other candidates, a container among them: not a holder)
+            holder, reasons[id(c)] = holders_mod.walk(
+                target, budget_s=max(deadline - time.thread_time(), 0.1),
+                ignore=(id(objs), id(owners), id(reasons)), owners=owners, arrays=arrays)
+            del target
+            if holder is None:
+                continue
+            out.holder = holder
+            out.chosen = c
             break
-        # Out of the dict before the walk: a container of ours must not be reported as the
-        # holder (our frames are skipped, our dicts would not be).
-        target = objs.pop(c.target, None)
-        if target is None:
-            continue
-        # (``objs`` still holds the other candidates, a container among them: not a holder)
-        holder = holders_mod.holder_of(target,
-                                       budget_s=max(deadline - time.thread_time(), 0.1),
-                                       ignore=(id(objs), id(owners)), owners=owners)
-        del target
-        if holder is None:
-            continue
-        out.holder = holder
-        out.chosen = c
-        break
-    objs.clear()
+    finally:
+        arrays.close()
+        objs.clear()
+    # What only memwatch's own objects keep is never a culprit (nor explains anything).
+    own = {i for i, w in reasons.items() if w == holders_mod.OWN}
+    cands = [c for c in cands if id(c) not in own]
+    walk_order = [c for c in walk_order if id(c) not in own]
     if out.chosen is None and walk_order:
         out.chosen = walk_order[0]
+        out.holder_note = _NO_HOLDER.get(reasons.get(id(out.chosen), ""), _NO_HOLDER[""])
     if out.chosen is not None:
         out.group, out.container = out.chosen.group, out.chosen.container
         out.effective_bytes = out.chosen.bytes
         if out.group is not None:
             out.graph_bytes = out.group.graph_bytes_delta
+            out.graph_saved_bytes = max(out.group.graph_saved_delta, 0)
             out.graph_nodes_named = out.chosen.graph_nodes
     if not host and out.group is not None and ctx.device_snapshot is not None:
         out.alloc_sites = alloc_sites_of(out.group, ctx)
@@ -189,6 +202,17 @@ def alloc_sites_of(g: GroupGrowth, ctx: CheckContext) -> list[Any]:
     except Exception:  # noqa: BLE001 - the snapshot is evidence; never fail a check over it
         return []
     return device_sites.join(snap, addrs)
+
+
+#: Why no holder was named, in words (by :func:`.holders.holders.walk`'s reason).
+_NO_HOLDER = {
+    holders_mod.NO_REFERRER: "nothing in Python refers to these objects: they are held from "
+                             "native code (an autograd graph's saved tensors, a C extension's "
+                             "buffers), where a walk up the references cannot follow",
+    holders_mod.CUT: "the walk up the references ran out of its budget before it reached a "
+                     "name (`AnalyzerConfig.holder_budget_s`)",
+    "": "the walk up the references was not taken (the check's budget for it was spent)",
+}
 
 
 #: Tensors of a graph-growing group whose graphs are measured one by one to name the largest.

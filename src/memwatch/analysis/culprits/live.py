@@ -15,16 +15,19 @@ import sys
 from typing import Any
 
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
+from memwatch.analysis.culprits import killer
 from memwatch.analysis.culprits.attribution import attribute
 from memwatch.analysis.culprits.census import census as census_mod
 from memwatch.analysis.culprits.growth.traced import attribute_traced
 from memwatch.analysis.culprits.holders.loaders import dataset_bytes, loaders_with_workers
+from memwatch.analysis.culprits.worker_census import WorkerCensus
 from memwatch.analysis.evidence import (
     Attribution,
     CensusPair,
     CensusRecord,
     Holder,
     HolderSize,
+    WorkerGrowth,
 )
 from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.core.costs import Costs
@@ -57,8 +60,17 @@ class LiveEvidence:
         ([10, 20], True)
     """
 
-    def __init__(self, costs: Costs | None = None) -> None:
+    def __init__(self, costs: Costs | None = None, workers_dir: str | None = None,
+                 share: str = "private") -> None:
         self._censuses: list[CensusRecord] = []
+        #: The DataLoader workers' own censuses (None: not asked, or the folder is unusable).
+        self._workers: WorkerCensus | None = None
+        if workers_dir is not None:
+            try:
+                self._workers = WorkerCensus(workers_dir, share)
+            except Exception as e:  # noqa: BLE001 - evidence only
+                log.warning("memwatch: DataLoader workers will not answer censuses (%s): a "
+                            "worker's leak is not named", e)
         self._costs = costs if costs is not None else Costs()
         #: Objects the last census walked (None until one ran).
         self.last_objects: int | None = None
@@ -129,6 +141,7 @@ class LiveEvidence:
         self._blocks = sys.getallocatedblocks()
         self.last_census_ms = c.elapsed_ms
         rec = CensusRecord(epoch, c, rss, step=step)
+        killer.remember(rec, killer.in_use())  # the baseline of what a failure names
         prev = self._censuses[-1] if self._censuses else None
         self._censuses = [*self._censuses[-1:], rec]  # keep two: memory stays bounded
         return None if prev is None else (prev, rec)
@@ -185,6 +198,13 @@ class LiveEvidence:
         except Exception:  # noqa: BLE001 - evidence only; never fail a check over it
             log.debug("memwatch: reading /proc/self/smaps failed", exc_info=True)
             return []
+
+    def worker_growth(self) -> WorkerGrowth | None:
+        """The workers' latest censuses, and a request for the next (files: milliseconds)."""
+        if self._workers is None:
+            return None
+        with self._costs.timed("attribution"):
+            return self._workers.ask()
 
     def alloc_conf(self) -> str:
         return os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") + os.environ.get(

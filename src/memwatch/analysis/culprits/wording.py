@@ -21,15 +21,14 @@ _GRAPH_FIX = ("Keep numbers, not graphs: accumulate `loss.item()` (a Python floa
 
 
 def _name(a: Attribution) -> str:
-    """The last segment a person would grep for (``kept_arrays`` in ``train.kept_arrays``)."""
+    """The name a person would grep for: the growing container's own (``kept_arrays`` in
+    ``train.kept_arrays``, ``processor.last_step_result``), never the route to it."""
     h = a.holder
     if h is None:
         return "the container"
-    path = h.path
-    if ": local " in path:
-        path = path.split(": local ", 1)[1]
-    head = path.split(" → ")[0].split("[", 1)[0]
-    return f"`{head.rsplit('.', 1)[-1] or head}`"
+    if h.name:
+        return f"`{h.name}`"
+    return f"`{_short(h.path)}`"
 
 
 def since(a: Attribution) -> str:
@@ -77,6 +76,8 @@ def container_culprit(a: Attribution) -> tuple[str, list[str], str]:
     else:
         culprit = (f"a {c.kind} of {c.length} {c.element or 'items'} "
                    f"(+{c.len_delta} {since(a)}) — {what}")
+        if a.holder_note:
+            culprit += f" (no holder named: {a.holder_note})"
     per = c.bytes_delta / max(c.len_delta, 1)
     detail = (f"The {c.kind} gained {c.len_delta} {c.element or 'items'} {since(a)}, "
               f"about {fmt_bytes(per)} each (weighed at the census: arrays by their buffers, "
@@ -89,6 +90,8 @@ def container_culprit(a: Attribution) -> tuple[str, list[str], str]:
         suggestions.append(_GRAPH_FIX)
     if (fix := _bounded(a)) is not None:
         suggestions.append(fix)
+    elif h is not None and h.container == "lru_cache":
+        suggestions.append(_cache_fix(name, a))
     elif c.kind == "dict":
         suggestions.append(
             f"{name} is a cache or log without eviction: bound it (`functools.lru_cache("
@@ -116,7 +119,7 @@ def graph_culprit(a: Attribution) -> tuple[str, list[str], str]:
     total = f", {a.graph_nodes_named:,} nodes now" if a.graph_nodes_named else ""
     grew = (f"its autograd graph grew by {g.graph_nodes_delta:,} nodes "
             f"(about {fmt_bytes(max(g.graph_bytes_delta, 0))}) {since(a)}{total}")
-    culprit = f"{h.path} — {g.group.describe()}: {grew}" if h is not None else \
+    culprit = f"{h.shown} — {g.group.describe()}: {grew}" if h is not None else \
         f"a {g.group.describe()} tensor: {grew}"
     detail = ("Every step chains its graph onto this tensor, as a running sum kept with its "
               "history does (`total += loss`): `backward()` freed the saved activations but not "
@@ -147,12 +150,13 @@ def culprit_of(metric: str, a: Attribution) -> tuple[str | None, list[str], str]
             return (None, [
                 "The culprit is named from a census of live tensors at two epoch ends; it was "
                 f"{a.census_note}. Run with census='always' (the default 'auto' takes one whenever "
-                "growth is suspected and it is cheap), or open an OOM bundle's census.json.",
+                "growth is suspected and it is cheap).",
             ], "")
         return (None, [
             "No growing group of live tensors was found between the last two censuses: the "
             "memory is held outside Python-visible tensors (native code, the allocator); "
-            "`memwatch inspect` on a bundle shows the allocator state.",
+            "`mw.dump(\"why\")` writes a bundle with the allocator's state now, for "
+            "`memwatch inspect`.",
         ], "")
     group = g.group
     what = f"+{g.count_delta} × {group.describe()}"
@@ -171,11 +175,25 @@ def culprit_of(metric: str, a: Attribution) -> tuple[str | None, list[str], str]
     if g.graph_nodes_delta > 0 and g.count_delta <= 0:
         return graph_culprit(a)
     if group.grad_fn:
-        per = f" (each keeps its autograd graph: about {fmt_bytes(graph)} of saved tensors)" \
-            if graph else " (each keeps its autograd graph and saved activations)"
+        saved = a.graph_saved_bytes
+        nodes = g.graph_nodes_delta
+        if saved > 0:
+            per = (f" (they keep their autograd graphs: {nodes:,} nodes and about "
+                   f"{fmt_bytes(saved)} of saved tensors, {fmt_bytes(graph)} in all)")
+            detail = (f"The growing tensors have grad_fn={group.grad_fn}: every one held keeps "
+                      "its whole autograd graph alive, saved activations included (the "
+                      "graphs' backward() has not run).")
+        elif graph > 0:
+            per = (f" (they keep their autograd graphs' nodes: {nodes:,} nodes, about "
+                   f"{fmt_bytes(graph)}; backward() already freed their saved tensors)")
+            detail = (f"The growing tensors have grad_fn={group.grad_fn}: every one held keeps "
+                      "the nodes of its autograd graph alive; their saved activations were "
+                      "freed by backward() and are not counted.")
+        else:
+            per = " (each keeps its autograd graph)"
+            detail = (f"The growing tensors have grad_fn={group.grad_fn}: every one held keeps "
+                      "its autograd graph alive.")
         what += per
-        detail = (f"The growing tensors have grad_fn={group.grad_fn}: every one held keeps its "
-                  "whole autograd graph alive, saved activations included.")
         suggestions.append(
             "Keep numbers, not graphs: store `loss.item()` (a Python float) or `loss.detach()` "
             "instead of the tensor."
@@ -209,18 +227,22 @@ def culprit_of(metric: str, a: Attribution) -> tuple[str | None, list[str], str]
                 "included) stay alive: keep `str(exc)` or `traceback.format_exc()` instead, "
                 "or drop the frames with `exc.with_traceback(None)`."
             ))
+        elif h.container == "lru_cache":
+            suggestions.insert(0, _cache_fix(_name(a), a))
         elif h.container == "dict":
             suggestions.insert(0, (
-                f"`{_short(h.path)}` is a cache without eviction: bound it "
+                f"{_name(a)} is a cache without eviction: bound it "
                 "(`functools.lru_cache(maxsize=...)`, an OrderedDict with eviction) or clear "
                 f"it {_clear(a)}."
             ))
         elif h.container in ("list", "deque", "set"):
             delta = h.owner_delta if h.owner_delta is not None else g.count_delta
             suggestions.insert(0, (
-                f"`{_short(h.path)}` {_grows(a, delta)}: bound it "
+                f"{_name(a)} {_grows(a, delta)}: bound it "
                 f"(`collections.deque(maxlen=N)`) or clear it {_clear(a)}"
-                + (", and store Python numbers (`.item()`) rather than tensors."
+                + (", and keep the numbers you need (a metric), not the arrays."
+                   if h.elements == "numpy arrays" else
+                   ", and store Python numbers (`.item()`) rather than tensors."
                    if not group.grad_fn else ".")
             ))
         elif h.root == "frame":
@@ -228,12 +250,27 @@ def culprit_of(metric: str, a: Attribution) -> tuple[str | None, list[str], str]
                 "A long-lived frame (a generator or a running loop) keeps these tensors in a "
                 "local variable; `del` it or rebind it each step."
             ))
+    if h is None and a.holder_note:
+        # A shape alone: say why no holder was named.
+        culprit = f"{what} (no holder named: {a.holder_note})"
     if not suggestions:
         suggestions.append(
-            "Find where tensors of this shape are created and kept; `memwatch inspect` on a "
-            "bundle lists the largest groups with their holders."
+            "Find where tensors of this shape are created and kept: `gc.get_referrers(t)` on "
+            "one of them lists what refers to it, or keep them from the start with a "
+            "`weakref` and see which code still holds them."
         )
     return culprit, suggestions, detail
+
+
+def _cache_fix(name: str, a: Attribution) -> str:
+    """A functools cache that keeps every result: bound it, clear it, or key it on less."""
+    h = a.holder
+    entries = f" ({h.container_len} entries)" if h is not None and h.container_len else ""
+    return (f"{name} is a functools cache{entries} that keeps every result it returned: give "
+            "it a bound (`@functools.lru_cache(maxsize=N)`), call "
+            f"`{name.strip('`')}.cache_clear()` {_clear(a)}, or key it on what really "
+            "repeats (a model object or a step counter as an argument makes every call a new "
+            "entry).")
 
 
 def _site_culprit(a: Attribution) -> tuple[str, list[str], str]:

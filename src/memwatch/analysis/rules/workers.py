@@ -7,13 +7,20 @@ count rises this rule says nothing). The
 statistics start where every worker of a unit was up (:mod:`memwatch.analysis.stats.settle`),
 so a leak in workers that start in epoch 0 is confirmed at the second check after they start,
 unless the second unit grew at less than half the pace of the first (a worker's warm-up levels
-off that way): then at the third.
+off that way): then at the third. The workers' own censuses
+(:mod:`memwatch.analysis.culprits.worker_census`) name the Dataset's container that grows, and
+are evidence of their own: a container that grew before the last check and again since, at the
+same pace and weighing a share of the growth, confirms the leak at the second check after the
+workers start, when the series alone has only one unit of them.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
+from memwatch.analysis.context import AnalyzerConfig
+from memwatch.analysis.evidence import WorkerGrowth
 from memwatch.analysis.rules.base import Rule, RuleInput
 from memwatch.analysis.rules.words import accumulation, forecast_words, plateau, span, where
 from memwatch.analysis.stats.forecast import steps_to_limit
@@ -31,13 +38,18 @@ METRIC = "workers.uss"
 def judge(inp: RuleInput) -> list[Finding]:
     """The verdict on the DataLoader workers' private memory at this check."""
     metric, summary, history, ctx, cfg = METRIC, inp.summary, inp.history, inp.ctx, inp.cfg
-    if ctx.defer_leaks or metric not in inp.stats or COUNT not in summary.keys:
+    if metric not in inp.stats or COUNT not in summary.keys:
+        return []
+    count = last_value(summary, COUNT)
+    # The workers' own censuses, at every check they run at: what a check reads was answered
+    # after the previous one (and this asks for the next).
+    grown = inp.evidence.worker_growth() if count else None
+    if ctx.defer_leaks:
         return []
     hist = history[metric]
     cur = hist[-1]
     rss_hist = history.get("workers.rss", [])
     rss = rss_hist[-1] if rss_hist and rss_hist[-1].unit == cur.unit else None
-    count = last_value(summary, COUNT)
     if not count or count_rising(history.get(COUNT, [])):
         # More workers, not bigger ones: the worker_count rule's finding (once it names who
         # keeps the old DataLoaders), never "each worker accumulates its own state".
@@ -48,7 +60,12 @@ def judge(inp: RuleInput) -> list[Finding]:
     v = cfg.held(steady) if len(steady) >= 2 else "pending"
     if v == "leak" and len(steady) == 2 and _slowing(steady, cfg.deceleration):
         v = "pending"  # a worker's warm-up levels off: the third unit tells
-    if v == "leak" and not _private_growth(steady, rss_hist):
+    if v == "pending" and _held_in_census(grown, cur, rss, int(count), cfg):
+        # The workers' own censuses are the evidence the series does not have yet: a
+        # container of the Dataset grew over the stretch before the last check and again
+        # since, at the same pace, explaining the workers' growth: held, not a warm-up.
+        v = "leak"
+    elif v == "leak" and not _private_growth(steady, rss_hist):
         v = "none"  # USS up, RSS not: shared pages copied one by one, not new memory
     if v == "leak":
         limit = ctx.limit("host.rss")
@@ -59,13 +76,31 @@ def judge(inp: RuleInput) -> list[Finding]:
                             inp.severity(steps_to_oom, cur), limit=limit,
                             remaining=ctx.remaining(cur),
                             run_known=bool(ctx.total_steps),
-                            limit_name=ctx.limit_name("host.rss"))]
+                            limit_name=ctx.limit_name("host.rss"), grown=grown)]
     if v == "accumulation":
         prev = steady[-2] if len(steady) > 1 else None
         return [accumulation(ctx.origin, NAME, metric, cur, prev)]
     if cur.shape == "plateau" and not _copying(cur, rss):
         return [plateau(ctx.origin, NAME, metric, cur)]
     return []
+
+
+def _held_in_census(grown: WorkerGrowth | None, cur: EpochStats, rss: EpochStats | None,
+                    workers: int, cfg: AnalyzerConfig) -> bool:
+    """The workers' censuses show a container of the Dataset that gained elements before the
+    last check and again since, not slower by more than ``cfg.deceleration`` (a cache filled
+    once levels off), weighing at least ``cfg.retention_explained`` of the workers' private
+    growth in this unit; that growth is steady and their resident memory rose with it (new
+    memory, not copy-on-write)."""
+    if grown is None or not grown.attrs or cur.shape != "growing":
+        return False
+    a = grown.attrs[0]
+    if a.before <= 0 or a.len_delta < cfg.deceleration * a.before:
+        return False
+    uss_gain = max(cur.rise, cur.growth)
+    if rss is None or max(rss.rise, rss.growth) < 0.5 * uss_gain:
+        return False
+    return a.bytes_delta * min(a.workers, workers) >= cfg.retention_explained * uss_gain
 
 
 def _copying(cur: EpochStats, rss: EpochStats | None) -> bool:
@@ -115,8 +150,10 @@ def _private_growth(hist: list[EpochStats], rss_hist: list[EpochStats]) -> bool:
 def worker_leak(origin: Origin, metric: str, stats: list[EpochStats], slope: float,
                 workers: int, steps_to_oom: float | None, severity: Severity, *,
                 limit: float | None = None, remaining: float = math.inf,
-                run_known: bool = False, limit_name: str | None = None) -> Finding:
+                run_known: bool = False, limit_name: str | None = None,
+                grown: WorkerGrowth | None = None) -> Finding:
     cur = stats[-1]
+    culprit, fix, census = _held_in_workers(workers, grown)
     seconds = None if steps_to_oom is None else steps_to_oom * cur.seconds_per_step
     msg = (
         f"{where(metric)} grows by {fmt_bytes(slope)} per step {span(stats)} "
@@ -130,17 +167,58 @@ def worker_leak(origin: Origin, metric: str, stats: list[EpochStats], slope: flo
         rule=NAME, kind="leak", metric=metric, severity=severity, message=msg,
         bytes_per_step=slope,
         steps_to_oom=steps_to_oom, seconds_to_oom=seconds,
-        culprit=f"DataLoader worker processes ({workers}): per-worker growth in the Dataset",
+        culprit=culprit,
         suggestions=[
-            "Bound any cache your Dataset fills in `__getitem__` (it exists once per worker), "
-            "or move it to shared storage (a numpy memmap, an Arrow table).",
+            fix,
             "With `persistent_workers=False` workers restart every epoch, which caps the "
             "growth at one epoch's worth.",
         ],
         evidence={"pattern": "per_worker_growth", "workers": workers,
                   "epoch_floors": [s.floor for s in stats[-6:]],
-                  "mann_kendall_p": cur.trend.p},
+                  "mann_kendall_p": cur.trend.p, **census},
     )
+
+
+def _held_in_workers(workers: int, grown: WorkerGrowth | None
+                     ) -> tuple[str, str, dict[str, Any]]:
+    """(culprit, first fix, evidence) from the workers' own censuses: the Dataset's container
+    that grows in them, by name, or why none is named."""
+    generic = ("Bound any cache your Dataset fills in `__getitem__` (it exists once per "
+               "worker), or move it to shared storage (a numpy memmap, an Arrow table).")
+    where = f"DataLoader worker processes ({workers}): per-worker growth in the Dataset"
+    if grown is None:
+        return where, generic, {}
+    census: dict[str, Any] = {"worker_census": {
+        "answered": grown.answered, "datasets": grown.datasets[:4],
+        "grown": [a.to_dict() for a in grown.attrs[:8]]}}
+    if not grown.attrs:
+        why = ("no worker answered a census yet" if not grown.answered else
+               "the workers' own censuses found no container of the Dataset that grew: the "
+               "growth is elsewhere in them (native memory, a library's cache)")
+        return f"{where} ({why})", generic, census
+    a = grown.attrs[0]
+    what = f"{a.length:,} {a.element or 'items'}" if a.element else f"{a.length:,} items"
+    owner = a.name.split(".", 1)[0]
+    held = (f"set on about {a.length:,} {owner} objects, on +{a.len_delta:,} more per worker"
+            if a.kind == "attribute" else
+            f"{a.kind}, {what}, +{a.len_delta:,} per worker")
+    culprit = (f"`{a.name}` in each DataLoader worker ({held} since the last check, about "
+               f"+{fmt_bytes(a.bytes_delta)} per worker, growing in {a.workers} of "
+               f"{grown.answered} workers)")
+    if a.kind == "attribute":
+        fix = (f"`{a.name}` is filled in on every {owner} a worker reads (a "
+               "`functools.cached_property`, a lazily opened file or model) and kept for the "
+               "object's lifetime, in each worker's copy: keep it in a bounded cache "
+               "(`functools.lru_cache(maxsize=N)` at module level) or close it after use.")
+    elif a.kind == "cache":
+        fix = (f"`{a.name}` is a functools cache filled in every worker: give it a bound "
+               "(`maxsize=N`) or key it on what repeats; each worker keeps its own copy.")
+    else:
+        fix = (f"`{a.name}` grows in every worker (each keeps its own copy, filled in "
+               "`__getitem__`): bound it (an OrderedDict that drops its oldest entry, "
+               "`functools.lru_cache(maxsize=N)`), or move it to shared storage (a numpy "
+               "memmap, an Arrow table).")
+    return culprit, fix, census
 
 
 RULE: Rule[RuleInput] = Rule(

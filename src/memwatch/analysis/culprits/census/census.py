@@ -23,9 +23,11 @@ from typing import Any
 
 from memwatch.analysis.culprits.census import graphs, ownership
 from memwatch.analysis.culprits.census.containers import (
+    CACHE_TYPE,
     CONTAINER_MIN_LEN,
     CONTAINER_TYPES,
     SEQUENCE_MIN_LEN,
+    cache_size,
     untracked_dicts,
 )
 from memwatch.analysis.evidence import Census, Group, GroupGrowth, GroupKey
@@ -108,8 +110,8 @@ def take_census(collect: bool = False, count_types: bool = True,
     tensor_type = torch.Tensor if torch is not None else None
     groups: dict[GroupKey, Group] = {}
     tensor_bytes: dict[str, int] = collections.Counter()
-    # storage -> (group that counted its bytes, counted by a view?)
-    claims: dict[tuple[str, int], tuple[Group, bool]] = {}
+    # storage -> (group that counted its bytes, counted by a view?, its bytes)
+    claims: dict[tuple[str, int], tuple[Group, bool, int]] = {}
     type_counts: collections.Counter[str] = collections.Counter()
     containers: dict[int, tuple[int, str]] = {}
     own: list[Any] = []  # memwatch's objects: their containers are left out
@@ -139,6 +141,13 @@ def take_census(collect: bool = False, count_types: bool = True,
         name, _, is_user, is_tensor = tinfo[type(o)]
         if name is None:
             own.append(o)
+        if type(o) is CACHE_TYPE:  # a functools cache: a container of its results
+            # Every size, empty ones too: a cache filled since the previous census is the same
+            # cache, which the first call after a restart empties no less than a list.
+            n = cache_size(o)
+            if n is not None and not ownership.is_own_object(o):
+                containers[id(o)] = (n, "cache")
+            continue
         if is_user and len(user) < _MAX_USER_INSTANCES:
             user.append(o)
         if not is_tensor:
@@ -173,8 +182,10 @@ def take_census(collect: bool = False, count_types: bool = True,
             nodes = graph.add_node(gfn)
             if nodes:
                 g.graph_nodes += nodes
-                g.graph_bytes += graph.bytes_for(nodes)
+                g.graph_bytes += graph.last_bytes(nodes)
+                g.graph_saved += graph.last_saved
     del picked
+    storages = _big_storages(claims)
     claims.clear()
     _drop_own(containers, own)
     containers.update(untracked_dicts(user))
@@ -184,7 +195,7 @@ def take_census(collect: bool = False, count_types: bool = True,
     graph.close()
     return Census(groups, n_tensors, dict(tensor_bytes), n_objects, type_counts,
                   (time.perf_counter() - t0) * 1000.0, time.time(), containers, n_nodes,
-                  truncated)
+                  truncated, storages=storages)
 
 
 #: Objects of the heap's listing typed at a time. Each object's type is read once, into a list
@@ -228,7 +239,7 @@ def _pick(objs: list[Any], tensor_type: Any,
                     name, kind, is_user, is_tensor = info
                     if kind is not None:  # (a container type is never memwatch's own)
                         sized[kind in _SEQUENCES][1].add(tp)
-                    elif name is None or is_user or is_tensor:
+                    elif name is None or is_user or is_tensor or tp is CACHE_TYPE:
                         wanted.add(tp)
         picked.extend(itertools.compress(chunk, map(wanted.__contains__, types)))
         for min_len, of_kind in sized:
@@ -245,7 +256,7 @@ def _pick(objs: list[Any], tensor_type: Any,
     return picked, long
 
 
-def _claim(claims: dict[tuple[str, int], tuple[Group, bool]], g: Group, dev: str, st: Any,
+def _claim(claims: dict[tuple[str, int], tuple[Group, bool, int]], g: Group, dev: str, st: Any,
            view: bool, tensor_bytes: dict[str, int]) -> None:
     """Count a storage's bytes once, with a view of it rather than its base: the base of a kept
     view is often reachable only through the view, so whoever holds the view holds the bytes."""
@@ -254,45 +265,85 @@ def _claim(claims: dict[tuple[str, int], tuple[Group, bool]], g: Group, dev: str
     prev = claims.get(sk)
     if prev is None or ptr == 0:
         nbytes = int(st.nbytes())
-        claims[sk] = (g, view)
+        claims[sk] = (g, view, nbytes)
         g.bytes += nbytes
         tensor_bytes[dev] += nbytes
     elif view and not prev[1]:
-        nbytes = int(st.nbytes())
+        nbytes = prev[2]
         prev[0].bytes -= nbytes
         g.bytes += nbytes
-        claims[sk] = (g, True)
+        claims[sk] = (g, True, nbytes)
+
+
+#: Storages from this size are remembered by identity from one census to the next: a group of
+#: new views that claims a storage an earlier census already counted adds nothing.
+BIG_STORAGE = 1 << 20
+
+
+def _big_storages(claims: dict[tuple[str, int], tuple[Group, bool, int]]
+                  ) -> dict[tuple[str, int], tuple[GroupKey, int]]:
+    """The large storages of a census: identity -> (the group that counts it, its bytes)."""
+    return {sk: (g.key, nb) for sk, (g, _, nb) in claims.items()
+            if sk[1] and nb >= BIG_STORAGE}
+
+
+def _moved(prev: Census, cur: Census) -> collections.Counter[GroupKey]:
+    """Bytes of large storages each group counts now that another group counted at ``prev``:
+    views taken since of a storage that was there already (they add nothing)."""
+    out: collections.Counter[GroupKey] = collections.Counter()
+    for sk, (gk, nb) in cur.storages.items():
+        was = prev.storages.get(sk)
+        if was is not None and was[0] != gk and was[1] == nb:
+            out[gk] += nb
+    return out
 
 
 def _drop_own(containers: dict[int, tuple[int, str]], own: list[Any]) -> None:
-    """Leave out containers memwatch's own objects hold (two levels down: a census's dict of
-    groups, a store's dict of lists): they grow with the run by design."""
+    """Leave out the containers memwatch's own objects and modules hold (three levels down: a
+    census's dict of groups, a store's dict of lists, a module's cache of types, including
+    the dict inside a ``weakref.WeakKeyDictionary``): they grow with the run by design.
+    Only containers and the stdlib's weak containers are followed (memwatch's own objects are
+    all in ``own`` already): never into an object of the user's that memwatch holds (the
+    trainer an adapter keeps)."""
     frontier: list[Any] = []
     for name, mod in list(sys.modules.items()):  # memwatch's module-level caches
         if ownership.is_own_module_name(name):
             d = getattr(mod, "__dict__", None)
             if isinstance(d, dict):
-                frontier.extend(v for v in d.values() if type(v) in CONTAINER_TYPES)
+                frontier.extend(v for v in d.values() if type(v) in _FOLLOWED)
     for o in own:
-        d = getattr(o, "__dict__", None)
-        vals: Any = list(d.values()) if isinstance(d, dict) else []
-        for slot in getattr(type(o), "__slots__", ()) or ():
-            v = getattr(o, slot, None)
-            if v is not None:
-                vals.append(v)
-        frontier.extend(v for v in vals if type(v) in CONTAINER_TYPES)
-    for _ in range(2):
+        frontier.extend(v for v in _attributes(o) if type(v) in _FOLLOWED)
+    for _ in range(3):
         nxt: list[Any] = []
         for c in frontier:
             containers.pop(id(c), None)
             try:
-                vals = c.values() if isinstance(c, dict) else c
-                nxt.extend(v for v in vals if type(v) in CONTAINER_TYPES)
+                if type(c) in CONTAINER_TYPES:
+                    vals = c.values() if isinstance(c, dict) else c
+                else:  # a weak container: the container inside it
+                    vals = _attributes(c)
+                nxt.extend(v for v in vals if type(v) in _FOLLOWED)
             except Exception:  # noqa: BLE001 - mutated under us
                 continue
         frontier = nxt
     for c in frontier:
         containers.pop(id(c), None)
+
+
+#: What the walk over memwatch's own state goes into: containers and weak containers.
+_FOLLOWED = frozenset({*CONTAINER_TYPES, weakref.WeakKeyDictionary, weakref.WeakValueDictionary,
+                       weakref.WeakSet})
+
+
+def _attributes(o: Any) -> list[Any]:
+    """An object's attribute values: its ``__dict__``'s and its slots'."""
+    d = getattr(o, "__dict__", None)
+    vals: list[Any] = list(d.values()) if isinstance(d, dict) else []
+    for slot in getattr(type(o), "__slots__", ()) or ():
+        v = getattr(o, slot, None)
+        if v is not None:
+            vals.append(v)
+    return vals
 
 
 def tensor_census(top_n: int = 20) -> dict[str, Any]:
@@ -304,19 +355,22 @@ def tensor_census(top_n: int = 20) -> dict[str, Any]:
 def diff(prev: Census, cur: Census, device_prefix: str | None = None) -> list[GroupGrowth]:
     """Groups that grew between two censuses, largest growth first."""
     out = []
+    moved = _moved(prev, cur)
     for key, g in cur.groups.items():
         if device_prefix is not None and not key[0].startswith(device_prefix):
             continue
         p = prev.groups.get(key)
         dc = g.count - (p.count if p else 0)
-        db = g.bytes - (p.bytes if p else 0)
+        # (views of a storage another group counted at the previous census add nothing)
+        db = g.bytes - (p.bytes if p else 0) - moved.get(key, 0)
         dn = g.graph_nodes - (p.graph_nodes if p else 0)
         dgb = g.graph_bytes - (p.graph_bytes if p else 0)
+        dgs = g.graph_saved - (p.graph_saved if p else 0)
         if dc <= 0 and db <= 0 and dn <= 0:
             continue
         old = set(p.ids) if p else set()
         new_ids = [i for i in g.ids if i not in old]
-        out.append(GroupGrowth(g, dc, db, new_ids, dn, dgb))
+        out.append(GroupGrowth(g, dc, db, new_ids, dn, dgb, dgs))
     out.sort(key=lambda x: (x.effective_bytes, x.count_delta), reverse=True)
     return out
 

@@ -11,6 +11,8 @@ functions). :func:`container_growth` diffs two such records; the weighing
 from __future__ import annotations
 
 import collections
+import functools
+import gc
 import sys
 import types
 from typing import Any
@@ -18,8 +20,9 @@ from typing import Any
 from memwatch.analysis.culprits.census.ownership import is_user_file, is_user_module
 from memwatch.analysis.evidence import ContainerGrowth
 
-__all__ = ["CONTAINER_MIN_LEN", "CONTAINER_TYPES", "SEQUENCE_MIN_LEN", "container_growth",
-           "untracked_dicts", "user_namespaces"]
+__all__ = ["CACHE_TYPE", "CONTAINER_MIN_LEN", "CONTAINER_TYPES", "SEQUENCE_MIN_LEN",
+           "cache_entries", "cache_size", "container_growth", "untracked_dicts",
+           "user_namespaces"]
 
 #: Containers shorter than this are not recorded (the census stays small).
 CONTAINER_MIN_LEN = 16
@@ -37,6 +40,49 @@ CONTAINER_TYPES: dict[type, str] = {
     collections.defaultdict: "dict",
     collections.Counter: "dict",
 }
+
+
+#: ``functools.lru_cache``'s and ``functools.cache``'s wrapper: a container of its results,
+#: recorded by its entries (``cache_info().currsize``) as kind ``"cache"``.
+CACHE_TYPE: type = type(functools.lru_cache(maxsize=None)(len))
+
+
+def cache_size(wrapper: Any) -> int | None:
+    """The entries a functools cache holds now (None: not a cache that says)."""
+    try:
+        return int(wrapper.cache_info().currsize)
+    except Exception:  # noqa: BLE001 - a look-alike, or a cache that refuses
+        return None
+
+
+def cache_entries(wrapper: Any) -> list[tuple[Any, Any]]:
+    """A functools cache's ``(key, result)`` entries, the oldest first (the most recently used
+    last, in a bounded cache); ``[]`` where they cannot be told apart. The wrapper keeps them
+    in C: they are read from what it lists to the collector (a bounded cache: its type, then
+    each entry's key, result and link type; an unbounded one: the dict of its entries)."""
+    n = cache_size(wrapper)
+    if not n:
+        return []
+    try:
+        unbounded = wrapper.cache_parameters()["maxsize"] is None
+        own = getattr(wrapper, "__dict__", None)
+    except Exception:  # noqa: BLE001
+        return []
+    refs = gc.get_referents(wrapper)
+    try:
+        if unbounded:
+            for r in refs:
+                if type(r) is dict and r is not own and len(r) == n:
+                    return list(r.items())
+            return []
+        out: list[tuple[Any, Any]] = []
+        i = 1
+        while i + 2 < len(refs) and len(out) < n and isinstance(refs[i + 2], type):
+            out.append((refs[i], refs[i + 1]))
+            i += 3
+        return out if len(out) == n else []
+    finally:
+        refs.clear()
 
 
 def untracked_dicts(user_instances: list[Any]) -> dict[int, tuple[int, str]]:

@@ -9,8 +9,10 @@ tensor), so the census counts the chain's nodes instead, and values them:
 * **native size per node**: :data:`NODE_BYTES`, measured by ``benchmarks/bench_graph_nodes.py``
   (glibc's in-use bytes per node of a chain of small training steps whose ``backward()`` already
   ran: 650-700 B per node on torch 2.13, CPU; 1.1 KB while the saved tensors are still there);
-* **saved tensors**: the ``_saved_*`` tensors of the first :data:`SAVED_SAMPLE_NODES` nodes met,
-  deduplicated by storage, scaled to all nodes walked.
+* **saved tensors**: the ``_saved_*`` tensors still alive of the first nodes reached from each
+  tensor (:data:`CALL_SAMPLE_NODES`, up to :data:`SAVED_SAMPLE_NODES` in a walk), deduplicated
+  by storage, scaled to that tensor's nodes: a graph is valued by its own saved tensors, and
+  those ``backward()`` freed are not held.
 
 Node wrappers are Python objects created on access and freed when dropped, so their ``id`` may
 be reused: the walk keeps every node it met alive until it ends (bounded by ``max_nodes``).
@@ -23,8 +25,12 @@ from typing import Any
 
 #: Native bytes one autograd node keeps once its saved tensors are freed (measured; see above).
 NODE_BYTES = 650
-#: Nodes whose saved tensors are read (reading one costs a few microseconds).
-SAVED_SAMPLE_NODES = 2000
+#: Nodes whose saved tensors are read in one walk (reading one costs a few microseconds) ...
+SAVED_SAMPLE_NODES = 4000
+#: ... and at most this many of the nodes first reached from one tensor: each graph's saved
+#: tensors are estimated from its own nodes, never from another graph's (the step in
+#: progress holds its activations; a kept output whose ``backward()`` ran holds none).
+CALL_SAMPLE_NODES = 32
 
 _saved_names: dict[type, tuple[str, ...]] = {}
 
@@ -51,6 +57,10 @@ class GraphWalk:
     saved_bytes_sampled: int = 0
     sampled_nodes: int = 0
     truncated: bool = False
+    #: The saved tensors' bytes (still alive) of the nodes the last :meth:`add_node` reached,
+    #: estimated from its own sample of them; 0 when ``backward()`` freed them (or no sample
+    #: was left to take).
+    last_saved: int = 0
     _seen: dict[int, Any] = dataclasses.field(default_factory=dict)
     _storages: set[int] = dataclasses.field(default_factory=set)
 
@@ -65,6 +75,7 @@ class GraphWalk:
         seen = self._seen
         stack = [fn]
         new = 0
+        call_sampled = call_saved = 0
         while stack:
             if len(seen) >= self.max_nodes:
                 self.truncated = True
@@ -75,9 +86,12 @@ class GraphWalk:
                 continue
             seen[key] = node  # alive until the walk ends: ids of dropped wrappers are reused
             new += 1
-            if self.sampled_nodes < SAVED_SAMPLE_NODES:
+            if self.sampled_nodes < SAVED_SAMPLE_NODES and call_sampled < CALL_SAMPLE_NODES:
                 self.sampled_nodes += 1
-                self.saved_bytes_sampled += self._saved_bytes(node)
+                call_sampled += 1
+                saved = self._saved_bytes(node)
+                self.saved_bytes_sampled += saved
+                call_saved += saved
             try:
                 nxt = node.next_functions
             except Exception:  # noqa: BLE001 - exotic nodes: count, do not follow
@@ -86,7 +100,13 @@ class GraphWalk:
                 if child is not None and id(child) not in seen:
                     stack.append(child)
         self.nodes += new
+        self.last_saved = int(call_saved * new / call_sampled) if call_sampled else 0
         return new
+
+    def last_bytes(self, nodes: int) -> int:
+        """What the ``nodes`` the last :meth:`add_node` reached hold: the nodes themselves and
+        the saved tensors still alive among them."""
+        return nodes * NODE_BYTES + self.last_saved
 
     def _saved_bytes(self, node: Any) -> int:
         tp = type(node)
@@ -109,13 +129,6 @@ class GraphWalk:
                     total += int(st.nbytes())
         return total
 
-    def bytes_for(self, nodes: int) -> int:
-        """Estimated bytes ``nodes`` of this walk hold: native nodes plus their saved tensors
-        (the sampled nodes' saved bytes per node, scaled)."""
-        per_node_saved = self.saved_bytes_sampled / self.sampled_nodes if self.sampled_nodes \
-            else 0.0
-        return int(nodes * (NODE_BYTES + per_node_saved))
-
     def close(self) -> None:
         self._seen.clear()
         self._storages.clear()
@@ -126,6 +139,6 @@ def graph_size(tensor: Any, max_nodes: int = 2000) -> tuple[int, int]:
     w = GraphWalk(max_nodes=max_nodes)
     try:
         n = w.add(tensor)
-        return w.bytes_for(n), n
+        return w.last_bytes(n), n
     finally:
         w.close()

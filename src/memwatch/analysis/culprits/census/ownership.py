@@ -23,16 +23,19 @@ Example::
 
 from __future__ import annotations
 
+import collections
 import functools
 import importlib
 import os
 import sys
 import sysconfig
 import tracemalloc
+import types
 from typing import Any
 
-__all__ = ["OWN_DIR", "excluded", "is_own_file", "is_own_module_name", "is_own_type",
-           "is_user_file", "is_user_module", "is_user_type", "library_prefixes"]
+__all__ = ["OWN_DIR", "excluded", "is_framework_object", "is_own_file", "is_own_module_name",
+           "is_own_object", "is_own_type", "is_user_file", "is_user_module", "is_user_type",
+           "library_prefixes", "module_file"]
 
 #: The directory of the memwatch package (``…/memwatch/``), with a trailing separator.
 OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
@@ -90,10 +93,19 @@ def is_user_file(filename: str) -> bool:
     return not filename.startswith(_LIBRARY)
 
 
+def module_file(mod: Any) -> str | None:
+    """The file of a module (None: a builtin). A script's ``__main__`` loses its ``__file__``
+    once the script has run (CPython removes it): at exit its loader still names the file."""
+    f = getattr(mod, "__file__", None)
+    if f is None and getattr(mod, "__name__", None) == "__main__":
+        f = getattr(getattr(mod, "__loader__", None), "path", None)
+    return f if isinstance(f, str) else None
+
+
 def is_user_module(mod: Any) -> bool:
     """A module of the user's code (a module without a file, a builtin, is not)."""
-    f = getattr(mod, "__file__", None)
-    return isinstance(f, str) and _is_user_path(f)
+    f = module_file(mod)
+    return f is not None and _is_user_path(f)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -120,3 +132,53 @@ def is_user_type(tp: type) -> bool:
         mod = sys.modules.get(getattr(tp, "__module__", "") or "")
         r = _user_type[tp] = mod is not None and is_user_module(mod)
     return r
+
+
+def is_own_object(obj: Any) -> bool:
+    """memwatch's own object, module, function, bound method, closure or cache: never a holder
+    and never a culprit (memwatch's hooks and wrappers hold what they watch: an adapter's
+    closure reaches the trainer, which is the user's; the route through it is not).
+
+    Example::
+
+        >>> from memwatch.analysis.culprits.census import ownership
+        >>> ownership.is_own_object(ownership.is_user_file), ownership.is_own_object(len)
+        (True, False)
+    """
+    tp = type(obj)
+    if is_own_type(tp):
+        return True
+    if tp is types.FunctionType or tp is types.ModuleType:
+        return is_own_module_name(getattr(obj, "__module__", None) or
+                                  getattr(obj, "__name__", "") or "")
+    if tp is types.MethodType:
+        return is_own_object(obj.__func__) or is_own_type(type(obj.__self__))
+    if tp.__name__ == "_lru_cache_wrapper" or tp is functools.partial:
+        # a cache or a partial of memwatch's own function (``ownership.excluded``)
+        fn = getattr(obj, "__wrapped__", None) or getattr(obj, "func", None)
+        return fn is not None and is_own_object(fn)
+    return False
+
+
+#: Types that are never framework bookkeeping: the plain containers, code and its pieces.
+_PLAIN = (list, dict, tuple, set, frozenset, collections.deque, types.FunctionType,
+          types.FrameType,
+          types.ModuleType, type, types.CellType, types.MethodType, types.TracebackType,
+          BaseException)
+
+
+def is_framework_object(obj: Any) -> bool:
+    """An instance of a library's class that is not a model: a framework's bookkeeping
+    (``Trainer.state``, an ``EvalPrediction``, Lightning's result collections, an optimizer).
+    A holder walk passes through such an object only when no user container refers to the
+    same object (the user's list that keeps the arrays, not the framework's record of them).
+    Containers, functions and frames are nobody's bookkeeping; an ``nn.Module`` is the user's
+    model whoever wrote its class; memwatch's own objects are another question
+    (:func:`is_own_object`)."""
+    tp = type(obj)
+    if isinstance(obj, _PLAIN) or tp.__name__ == "_lru_cache_wrapper":
+        return False
+    if is_user_type(tp) or is_own_type(tp) or tp.__name__ in ("ndarray", "memmap"):
+        return False
+    torch = sys.modules.get("torch")
+    return not (torch is not None and isinstance(obj, (torch.nn.Module, torch.Tensor)))

@@ -24,15 +24,10 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from memwatch.analysis.culprits.holders.untracked import is_lru_cache
 from memwatch.analysis.evidence import Bound, HolderSize
 
-__all__ = ["bound_of", "is_lru_cache", "measurer"]
-
-
-def is_lru_cache(obj: Any) -> bool:
-    """``obj`` is what ``functools.lru_cache`` / ``functools.cache`` returns."""
-    return type(obj).__name__ == "_lru_cache_wrapper" and callable(
-        getattr(obj, "cache_info", None))
+__all__ = ["bound_of", "measurer"]
 
 
 def bound_of(obj: Any) -> Bound | None:

@@ -12,7 +12,7 @@ import sys
 import types
 from typing import Any
 
-from memwatch.analysis.culprits.census.ownership import is_own_file
+from memwatch.analysis.culprits.census.ownership import is_own_file, is_user_file
 from memwatch.analysis.culprits.holders.names import local_label
 
 __all__ = ["frame_local_label", "live_frame_local"]
@@ -29,21 +29,25 @@ def _user_frames() -> list[types.FrameType]:
     return out
 
 
-def frame_local_label(d: dict[Any, Any], key: Any) -> str | None:
-    """``d`` is the ``f_locals`` snapshot of a live frame: name that frame's variable ``key``."""
+def frame_local_label(d: dict[Any, Any], key: Any) -> tuple[str, bool] | None:
+    """``d`` is the ``f_locals`` snapshot of a live frame: name that frame's variable ``key``,
+    and say whether the frame runs the user's code."""
     frames = _user_frames()
     try:
         for f in frames:
             if f.f_locals is d:
-                return local_label(f, key)
+                return local_label(f, key), is_user_file(f.f_code.co_filename)
         return None
     finally:
         frames.clear()  # frames hold their locals: drop them before the walk goes on
 
 
 def live_frame_local(obj: Any) -> str | None:
-    """The local variable of a function still running on some thread's stack that is ``obj``."""
+    """The local variable of a function still running on some thread's stack that is ``obj``:
+    of the user's code first (``main() (train.py:40): local trainer``, not the ``self`` of the
+    framework's loop that the user's ``trainer.train()`` is running)."""
     frames = _user_frames()
+    frames.sort(key=lambda f: not is_user_file(f.f_code.co_filename))  # (stable)
     try:
         for f in frames:
             for name, v in f.f_locals.items():

@@ -1,0 +1,147 @@
+"""Issue 41: inside the workers. Each DataLoader worker answers a census of its own Dataset, so
+a per-worker leak names the Dataset's attribute that grows, per worker, by the second check
+after the workers start (real persistent workers, tests/analysis/worker_census_loops.py), and a
+bounded cache stays quiet. Unit tests of the censuses' halves and of the rule's use of them."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+from loop_runs import LoopRuns
+from memwatch.analysis.context import AnalyzerConfig
+from memwatch.analysis.culprits import worker_census as WC
+from memwatch.analysis.evidence import WorkerAttr, WorkerGrowth
+from memwatch.analysis.rules import workers as rule
+from memwatch.analysis.stats.shapes import EpochStats
+from memwatch.analysis.stats.trend import Trend
+
+run_loop = LoopRuns(Path(__file__).with_name("worker_census_loops.py"))
+
+
+def _worker_leaks(epochs: list[list[dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
+    return [(i, f) for i, fs in enumerate(epochs) for f in fs
+            if f["kind"] == "leak" and f["metric"] == "workers.uss"]
+
+
+def test_a_per_worker_cache_is_named_by_the_second_check(tmp_path: Path) -> None:
+    leaks = _worker_leaks(run_loop("cache", tmp_path))
+    assert leaks, run_loop("cache", tmp_path)
+    epoch, first = leaks[0]
+    assert epoch <= 1, leaks  # workers start in epoch 0: its end is the first check
+    assert first["culprit"].startswith("`Augmenting.cache` in each DataLoader worker (dict, ")
+    assert "per worker since the last check" in first["culprit"]
+    assert first["suggestions"][0].startswith("`Augmenting.cache` grows in every worker")
+    grown = first["evidence"]["worker_census"]["grown"][0]
+    # 120 batches of 32 samples an epoch, split over 2 workers: 1,920 of 2 KiB each, a worker
+    # (what a worker answered up to a fraction of a second before the check: these epochs last
+    # about a second)
+    assert grown["name"] == "Augmenting.cache" and 300 <= grown["len_delta"] <= 2100, grown
+    per = grown["bytes_delta"] / grown["len_delta"]
+    assert 2048 <= per <= 2600, grown  # 2 KiB tensors, weighed by their storage
+
+
+def test_a_bounded_cache_in_the_workers_is_quiet(tmp_path: Path) -> None:
+    epochs = run_loop("bounded", tmp_path)
+    assert not _worker_leaks(epochs), epochs
+
+
+class _Reader:
+    def __init__(self) -> None:
+        self.cache: dict[int, bytes] = {}
+
+
+_GLOBAL_SEEN: list[int] = []
+
+
+class _Data:
+    table: dict[int, int] = {}  # noqa: RUF012 - a class attribute: every instance shares it
+
+    def __init__(self) -> None:
+        self.rows = list(range(10))
+        self.reader = _Reader()
+        self.memo = functools.lru_cache(maxsize=None)(lambda i: bytes(100))
+
+
+def test_a_census_finds_the_datasets_containers_and_weighs_what_they_gained() -> None:
+    ds = _Data()
+    answers = WC._Answers(ds, seq=0)
+    names = set(answers.now)
+    assert {"_Data.rows", "_Data.reader.cache", "_Data.table", "_Data.memo",
+            "test_worker_census._GLOBAL_SEEN"} <= names, names
+    for i in range(50):
+        ds.reader.cache[i] = bytes(4096)
+        ds.memo(i)
+    assert answers.update(seq=0)
+    doc = answers.doc(os.getpid(), 0)
+    cache = doc["attrs"]["_Data.reader.cache"]
+    assert cache["len_delta"] == 50 and 50 * 4096 <= cache["bytes_delta"] <= 50 * 4400
+    assert cache["element"] == "bytes objects"
+    assert doc["attrs"]["_Data.memo"]["kind"] == "cache"
+    assert doc["attrs"]["_Data.memo"]["len_delta"] == 50
+    # a request marks the stretch: what grew before it is "before", what grows after it counts
+    assert answers.update(seq=1)
+    ds.reader.cache.update((i, b"") for i in range(50, 60))
+    answers.update(seq=1)
+    doc = answers.doc(os.getpid(), 0)
+    assert doc["attrs"]["_Data.reader.cache"]["before"] == 50
+    assert doc["attrs"]["_Data.reader.cache"]["len_delta"] == 10
+    g = WC.summarize([doc, doc])
+    assert g.answered == 2 and g.attrs[0].name == "_Data.reader.cache" and g.attrs[0].workers == 2
+
+
+def test_the_main_process_asks_and_reads_answers(tmp_path: Path) -> None:
+    folder = tmp_path / "workers"
+    wc = WC.WorkerCensus(str(folder))
+    if not WC.procfs.children_of(os.getpid()):  # no worker to ask: no folder, no request
+        assert wc.ask().answered == 0 and not folder.exists()
+    folder.mkdir(mode=0o700, exist_ok=True)
+    doc = WC._Answers(_Data(), seq=0).doc(os.getpid(), 0)  # (this process stands in)
+    (folder / f"{os.getpid()}.json").write_text(__import__("json").dumps(doc))
+    (folder / "999999999.json").write_text("{}")  # a worker gone: dropped
+    got = wc.ask()
+    assert got.answered == 1 and got.datasets == ["_Data"]
+    assert not (folder / "999999999.json").exists()
+    assert (folder / "request").read_text() == str(wc.seq)
+
+
+def _unit(growth: float, shape: str = "growing") -> EpochStats:
+    tr = Trend(n=10, s=45.0, z=5.0, p=0.001, slope=growth / 99, slope_low=0.0, slope_high=0.0,
+               intercept=0.0, r1=0.0, noise=0.0)
+    return EpochStats(epoch=1, metric="workers.uss", n_points=10, n_steps=100,
+                      seconds_per_step=0.01, level=1e9, floor=1e9, peak=1e9 + growth,
+                      lo_start=1e9, lo_end=1e9 + growth, rise=growth, trend=tr, noise=0.0,
+                      threshold=1.0, shape=shape, unit="e1")
+
+
+def _grown(before: int, after: int, mib: float) -> WorkerGrowth:
+    a = WorkerAttr("D.cache", "dict", 4000, after, mib * 2**20, "tensors", 2, before=before)
+    return WorkerGrowth(answered=2, attrs=[a], datasets=["D"], seqs=[1])
+
+
+def test_the_census_confirms_a_leak_only_when_a_container_keeps_growing() -> None:
+    cfg = AnalyzerConfig()
+    uss, rss = _unit(8 * 2**20), _unit(8 * 2**20)
+    assert rule._held_in_census(_grown(2000, 2000, 4.0), uss, rss, 2, cfg)
+    # slower by more than half: a cache filling once, left to the series
+    assert not rule._held_in_census(_grown(2000, 600, 4.0), uss, rss, 2, cfg)
+    # no growth before the last check (the workers just started): the series decides
+    assert not rule._held_in_census(_grown(0, 2000, 4.0), uss, rss, 2, cfg)
+    # RSS flat while USS rises: copy-on-write, whatever grew in the Dataset
+    assert not rule._held_in_census(_grown(2000, 2000, 4.0), uss, _unit(0.0, "flat"), 2, cfg)
+    # a container that weighs a sliver of the growth does not explain it
+    assert not rule._held_in_census(_grown(2000, 2000, 0.1), uss, rss, 2, cfg)
+    assert not rule._held_in_census(None, uss, rss, 2, cfg)
+
+
+def test_without_answers_the_culprit_says_why() -> None:
+    culprit, _, ev = rule._held_in_workers(2, WorkerGrowth(answered=0))
+    assert culprit.endswith("(no worker answered a census yet)") and ev["worker_census"]
+    culprit, _, _ = rule._held_in_workers(2, WorkerGrowth(answered=2))
+    assert "found no container of the Dataset that grew" in culprit
+    culprit, _, ev = rule._held_in_workers(2, None)
+    assert culprit.endswith("per-worker growth in the Dataset") and ev == {}
+    assert dataclasses.asdict(_grown(1, 2, 1.0).attrs[0])["before"] == 1
