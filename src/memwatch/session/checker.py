@@ -93,6 +93,8 @@ class Checker:
         self.beside_training = False
         #: What ran since the last step and before the next check ("val": an evaluation).
         self.after: str | None = None
+        #: An evaluation boundary was passed once: the loop evaluates (see check()).
+        self.evaluates = False
         #: Where the run's pace is measured from: the first unit judged, then the checks (time,
         #: step) of the last two periods.
         self.pace_from: tuple[float, int] | None = None
@@ -135,6 +137,7 @@ class Checker:
         """``what`` ran since the last step ("val": an evaluation loop); the next check's closing
         reading includes what it kept."""
         self.after = what
+        self.evaluates = True
 
     def current(self) -> list[Finding]:
         """The current state of every belief: the latest finding of each (see
@@ -270,6 +273,11 @@ class Checker:
             self._sampling.step_count < CHECK_CAP_STEPS
         defer = at != "epoch_end" and self._plan.defer_leaks(bool(tl is not None and tl.epochs),
                                                              early)
+        # A check sized to the run that falls between two evaluations of a loop that evaluates
+        # leaves leak verdicts to the next boundary's check: its census spans no evaluation, so
+        # the memory evaluations keep (which RSS shows late, over the training steps after
+        # them) reads as growth that nothing explains, and would be a belief of its own.
+        defer = defer or (early and self.evaluates and self.after is None)
         origin = self.origin(summary, epoch)
         new = self.judge(summary, at, origin, partial=partial, defer_leaks=defer,
                          device_snapshot=device_snapshot, exchange=exchange, closing=closing)
