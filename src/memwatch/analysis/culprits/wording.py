@@ -55,10 +55,14 @@ def _bounded(a: Attribution) -> str | None:
     if h is None or h.bound is None:
         return None
     b = h.bound
-    return (f"{_name(a)} is already bounded (`{b.describe()}`, {b.length:,} of {b.capacity:,} "
-            "items): it stops growing when full, but what it holds then does not fit. Lower "
-            "its bound, or keep less per item (a Python number with `.item()`, `.cpu()`, a "
-            "copy of the part you need).")
+    full = (f"{_name(a)} is already bounded (`{b.describe()}`, {b.length:,} of {b.capacity:,} "
+            "items): it stops growing when full, but what it holds then does not fit. ")
+    if b.kind == "lru_cache":  # a functools cache: clearing it and its key are fixes too
+        return full + (f"Lower its `maxsize`, call `{_name(a).strip('`')}.cache_clear()` "
+                       f"{_clear(a)}, or key it on what really repeats (a model object or a "
+                       "step counter as an argument makes every call a new entry).")
+    return full + ("Lower its bound, or keep less per item (a Python number with `.item()`, "
+                   "`.cpu()`, a copy of the part you need).")
 
 
 def _clear(a: Attribution) -> str:
