@@ -13,8 +13,7 @@ from typing import Any
 import psutil
 import pytest
 import torch
-from hf_helpers import make_args
-from torch.utils.data import Dataset
+from hf_helpers import MaskedTokens, make_args
 from transformers import BertConfig, BertForMaskedLM, Trainer, TrainerCallback
 
 from memwatch.analysis.beliefs import state_of
@@ -27,16 +26,6 @@ EVAL_EVERY = 25
 ALL_LOGITS: list[torch.Tensor] = []
 
 
-class Masked(Dataset[dict[str, torch.Tensor]]):
-    def __init__(self, n: int) -> None:
-        g = torch.Generator().manual_seed(0)
-        self.ids = torch.randint(1, VOCAB, (n, SEQ), generator=g)
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
 def keep_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -67,8 +56,9 @@ def test_an_evaluation_leak_is_one_training_verdict_at_the_runs_pace(tmp_path: P
     cb, clock = MemWatchCallback(workers=False), Clock()
     args = make_args(tmp_path, max_steps=8 * EVAL_EVERY, eval_strategy="steps",
                      eval_steps=EVAL_EVERY, logging_steps=50)
-    trainer = Trainer(BertForMaskedLM(cfg), args, train_dataset=Masked(8 * 8 * EVAL_EVERY),
-                      eval_dataset=Masked(64), callbacks=[cb, clock],
+    trainer = Trainer(BertForMaskedLM(cfg), args,
+                      train_dataset=MaskedTokens(8 * 8 * EVAL_EVERY, SEQ, VOCAB),
+                      eval_dataset=MaskedTokens(64, SEQ, VOCAB), callbacks=[cb, clock],
                       compute_metrics=accuracy, preprocess_logits_for_metrics=keep_logits)
     trainer.train()
     assert len(ALL_LOGITS) == 8 * 8  # eight evaluations of eight batches really kept theirs
