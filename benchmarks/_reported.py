@@ -13,6 +13,10 @@ Per scenario, by its label (from the thread, never from memwatch):
   constant per-epoch cost): the *right kind* (the finding the thread's conclusion calls for) and
   no leak verdict;
 * a **fixed twin**: quiet (no leak verdict).
+
+Beside these per-check scores, **at the end**: what the run believes after its last check (the
+current belief of every suspected leak, ``bench_detection.end_state``): a leak still believed for
+a leak, none for a non-leak or a twin.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ def score(sc: Any, row: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any] |
     out: dict[str, Any] = {"label": "leak" if sc.is_leak else sc.expected_kind,
                            "source": sc.source, "twin_of": sc.twin_of,
                            "split": getattr(sc, "split", "design")}
+    out["end"] = bool((mw.get("end") or {}).get("ok"))
     if sc.twin_of is not None:
         out["ok"] = not mw.get("false_alarm", False)
         return out
@@ -91,7 +96,10 @@ def _summarize_part(scores: list[dict[str, Any]]) -> dict[str, Any]:
             "leak_kind": sum(s["kind"] for s in leaks),
             "non_leaks": len(non), "right_kind": sum(s["kind"] for s in non),
             "non_leaks_quiet": sum(s["quiet"] for s in non),
-            "twins": len(twins), "twins_quiet": sum(s["ok"] for s in twins)}
+            "twins": len(twins), "twins_quiet": sum(s["ok"] for s in twins),
+            "end_leaks": sum(s.get("end", False) for s in leaks),
+            "end_non_leaks": sum(s.get("end", False) for s in non),
+            "end_twins": sum(s.get("end", False) for s in twins)}
 
 
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -108,7 +116,10 @@ def summary_line(m: dict[str, Any]) -> str:
             f"{m['found']}/{m['leaks']}), holder named {m['holder']}/{m['holders']}, right kind "
             f"{m['leak_kind']}/{m['leaks']}; non-leaks of the right kind "
             f"{m['right_kind']}/{m['non_leaks']} (no leak verdict {m['non_leaks_quiet']}/"
-            f"{m['non_leaks']}); fixed twins quiet {m['twins_quiet']}/{m['twins']}")
+            f"{m['non_leaks']}); fixed twins quiet {m['twins_quiet']}/{m['twins']}; at the end: "
+            f"leaks believed {m['end_leaks']}/{m['leaks']}, non-leaks without one "
+            f"{m['end_non_leaks']}/{m['non_leaks']}, twins without one "
+            f"{m['end_twins']}/{m['twins']}")
 
 
 def print_table(rows: list[dict[str, Any]], summary: dict[str, Any] | None) -> None:
@@ -123,7 +134,7 @@ def print_table(rows: list[dict[str, Any]], summary: dict[str, Any] | None) -> N
     for split, m in summary.items():
         print(f"[{split}]")
         print(f"{'scenario':<30} {'label':<14} {'2nd chk':>7} {'found':>6} {'holder':>7} "
-              f"{'kind':>5} {'twin':>6}")
+              f"{'kind':>5} {'twin':>6} {'end':>5}")
         for r in rows:
             s = r.get("reported_score")
             if not s or s["split"] != split:
@@ -131,5 +142,5 @@ def print_table(rows: list[dict[str, Any]], summary: dict[str, Any] | None) -> N
             twin = yn(s.get("ok")) if s["twin_of"] else "-"
             print(f"{r['name']:<30} {s['label']:<14} {yn(s.get('found_2nd')):>7} "
                   f"{yn(s.get('found')):>6} {yn(s.get('holder')):>7} {yn(s.get('kind')):>5} "
-                  f"{twin:>6}")
+                  f"{twin:>6} {yn(s.get('end')):>5}")
         print(f"{split}: {summary_line(m)}")

@@ -16,7 +16,10 @@ the naive rules are evaluated at every epoch end on the same series (everything 
 on every watched metric, so they get the same chances as memwatch.
 
 Metrics: detection rate (a leak found by the end of the second epoch after it starts), false leak
-verdicts on the controls, epochs to first detection, culprit accuracy (the scenario's expected
+verdicts on the controls, what the run believes at its end (``end``: the current belief of every
+leak suspected, after the last check: a leak still believed, or withdrawn — growth that stopped,
+a bounded container — see docs/findings.md#verdicts-are-beliefs; a control ends with none),
+epochs to first detection, culprit accuracy (the scenario's expected
 substring in ``culprit``), forecast error (``|predicted steps_to_oom - true remaining steps| /
 true remaining steps`` at the epoch of first detection, for device series with a known OOM step).
 
@@ -29,6 +32,7 @@ Usage::
     python benchmarks/bench_detection.py --quick --load-study --repeats 5 --burners 2
     python benchmarks/bench_detection.py --quick --split heldout   # the held-out reported bugs
     python benchmarks/bench_detection.py --quick --split all -j 1   # both parts of that corpus
+    python benchmarks/bench_detection.py --quick --memwatch-src /tmp/base/src   # "before"
 
 ``--split design|heldout|all`` runs the reported-bug corpus only (the reproductions and their
 twins of that part: ``design`` is what the rules are designed on, ``heldout`` is scored only
@@ -76,6 +80,8 @@ RESULTS = REPO / "benchmarks" / "results" / "detection.json"
 LOAD_RESULTS = REPO / "benchmarks" / "results" / "detection_load.json"
 CHILD_TIMEOUT_S = 300
 DETECTORS = ("memwatch", "ratio_1.5x", "stormlog")
+#: ``--memwatch-src``: the ``src`` folder whose memwatch the children run (None: this one's).
+CHILD_SRC: str | None = None
 
 
 # --------------------------------------------------------------------------- child side
@@ -179,6 +185,8 @@ def run_one(sc: Scenario, quick: bool, timeout_s: float = CHILD_TIMEOUT_S,
             cmd += ["--check-every", str(check_every)]
         # One intra-op thread per child: two children share the 2 cores of a CI runner.
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        if CHILD_SRC:  # a before/after comparison: the children run another checkout's memwatch
+            env["PYTHONPATH"] = os.pathsep.join([CHILD_SRC, env.get("PYTHONPATH", "")])
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
@@ -275,6 +283,37 @@ def leak_findings(raw: dict[str, Any]) -> list[list[dict[str, Any]]]:
     return out
 
 
+def end_beliefs(raw: dict[str, Any]) -> list[dict[str, Any]]:
+    """The training session's current beliefs after the run's last check: one finding per
+    belief, its latest state (findings saved without beliefs count one per kind and metric)."""
+    from memwatch.analysis.beliefs import current
+
+    train = [f for f in _every(raw) if (f.get("stage") or "train") == "train"]
+    return current(train)
+
+
+def _every(raw: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every check's findings, in order (epoch ends only for results saved before checks)."""
+    if "all_findings" in raw:
+        return list(raw["all_findings"])
+    return [f for fs in raw.get("findings", []) for f in fs]
+
+
+def end_state(raw: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """What the run believes at its end: the metrics with a leak believed now, and whether one
+    on ``prefix`` was believed once and withdrawn (stopped, bounded)."""
+    from memwatch.analysis.beliefs import history, state_of
+
+    now = end_beliefs(raw)
+    leaking = sorted({f["metric"] for f in now
+                      if f.get("kind") in LEAK_KINDS and state_of(f) == "leak"})
+    withdrawn = [f for f in now if f["metric"].startswith(prefix) and state_of(f) != "leak"
+                 and f.get("belief") and any(c["state"] == "leak" for c in
+                                             history(_every(raw), f["belief"]))]
+    return {"leaking": leaking, "withdrawn": bool(withdrawn),
+            "states": sorted({f"{state_of(f)}:{f['metric']}" for f in now})}
+
+
 def first_check(raw: dict[str, Any], prefix: str) -> dict[str, Any] | None:
     """The check (index, step, epoch) of the first leak verdict on ``prefix``, if any."""
     for f in raw.get("all_findings", []):
@@ -330,6 +369,17 @@ def score_scenario(sc: Scenario, raw: dict[str, Any]) -> dict[str, Any]:
         else:
             d["false_alarm"] = bool(any_epochs)
         row[det] = d
+
+    # The end of the run: the current beliefs after the last check (the per-check columns above
+    # say when a verdict was made; this says whether the run still stands by it).
+    end = end_state(raw, prefix)
+    if sc.is_leak and sc.expected_kind == "stopped":  # a leak that stops: withdrawn at the end
+        end["ok"] = end["withdrawn"] and not any(m.startswith(prefix) for m in end["leaking"])
+    elif sc.is_leak:
+        end["ok"] = any(m.startswith(prefix) for m in end["leaking"])
+    else:
+        end["ok"] = not end["leaking"]
+    row["memwatch"]["end"] = end
 
     if not sc.is_leak and row["memwatch"]["false_alarm"]:
         # What a false verdict stood on, kept so that one seen once (a loaded CI machine) can
@@ -402,6 +452,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "mean_epochs_to_detect": sum(etd) / len(etd) if etd else None,
         }
         if det == "memwatch":
+            d["end_leaks_believed"] = sum(1 for r in leaks if r["memwatch"]["end"]["ok"])
+            d["end_false"] = [r["name"] for r in ctrls if not r["memwatch"]["end"]["ok"]]
+            d["end_withdrawn"] = [r["name"] for r in ok if r["memwatch"]["end"]["withdrawn"]]
             with_c = [r for r in leaks if r["expected_culprit"] is not None]
             good = [r for r in with_c if r["memwatch"].get("culprit_ok")]
             d["culprit_accuracy"] = len(good) / len(with_c) if with_c else None
@@ -438,8 +491,8 @@ def _cell(r: dict[str, Any], det: str) -> str:
 
 
 def print_table(rows: list[dict[str, Any]], summary: dict[str, Any], total_s: float) -> None:
-    head = f"{'scenario':<28} {'truth':<9} {'memwatch':<9} {'check':<11} {'culprit':<8} " \
-           f"{'fc err':<7} {'ratio':<9} {'stormlog':<9} {'wall':>6}"
+    head = f"{'scenario':<28} {'truth':<9} {'memwatch':<9} {'check':<11} {'end':<6} " \
+           f"{'culprit':<8} {'fc err':<7} {'ratio':<9} {'stormlog':<9} {'wall':>6}"
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -453,14 +506,17 @@ def print_table(rows: list[dict[str, Any]], summary: dict[str, Any], total_s: fl
         fce = "-" if not fc else ("n/a" if fc.get("error") is None else _pct(fc["error"]))
         fcheck = mw.get("first_check")
         chk = "-" if not fcheck else f"c{fcheck['check']}@{fcheck['step']}"
-        print(f"{r['name']:<28} {truth:<9} {_cell(r, 'memwatch'):<9} {chk:<11} {cul:<8} "
-              f"{fce:<7} {_cell(r, 'ratio_1.5x'):<9} {_cell(r, 'stormlog'):<9} "
+        end = mw.get("end") or {}
+        endc = ("ok" if end.get("ok") else "NO") + ("*" if end.get("withdrawn") else "")
+        print(f"{r['name']:<28} {truth:<9} {_cell(r, 'memwatch'):<9} {chk:<11} {endc:<6} "
+              f"{cul:<8} {fce:<7} {_cell(r, 'ratio_1.5x'):<9} {_cell(r, 'stormlog'):<9} "
               f"{r['wall_s']:6.1f}")
     print("check: the first leak verdict's check (0-based, in its session) and step; "
           "eN: first leak verdict in epoch N (0-based; at its end, or at a check inside it); "
           "late: after the deadline "
           f"(start + {DEADLINE_EPOCHS}); !: also a verdict before the leak started; "
-          "FALSE: leak verdict on a control")
+          "FALSE: leak verdict on a control; end: what the run believes after its last check "
+          "(ok: a leak still believed for a leak, none for a control; *: a leak verdict withdrawn)")
     print()
     print(f"{'':<34} {'memwatch':>10} {'ratio 1.5x':>11} {'stormlog':>10}")
 
@@ -477,6 +533,9 @@ def print_table(rows: list[dict[str, Any]], summary: dict[str, Any], total_s: fl
     line(f"false leak verdicts (of {n_ctrl})", lambda d: str(d["false_alarms"]))
     line("mean epochs to first detection", lambda d: _num(d["mean_epochs_to_detect"]))
     m = summary["memwatch"]
+    print(f"{'at the end: leaks believed':<34} {m['end_leaks_believed']}/{n_leaks}; controls "
+          f"with a leak believed: {len(m['end_false'])}/{n_ctrl}; withdrawn: "
+          f"{len(m['end_withdrawn'])}")
     print(f"{'culprit named':<34} {m['culprit_named']}/{m['culprit_expected']} "
           f"({_pct(m['culprit_accuracy'])})")
     fmax = "-" if m["forecast_error_max"] is None else _pct(m["forecast_error_max"])
@@ -532,11 +591,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--split", choices=(*scenarios.SPLITS, "all"), default=None,
                     help="run the reported-bug corpus only: its design part, its held-out part "
                          "(never run by the tests), or both")
+    ap.add_argument("--memwatch-src", metavar="DIR", default=None,
+                    help="run the scenarios against another checkout's src/ (before/after: "
+                         "the scoring, end of run included, stays this checkout's)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--epochs", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--child-out", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    global CHILD_SRC
+    CHILD_SRC = os.path.abspath(args.memwatch_src) if args.memwatch_src else None
 
     if args.child:
         run_child(args.child, args.epochs, args.steps, args.child_out,

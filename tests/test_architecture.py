@@ -264,7 +264,7 @@ def live_imports(root: Path = PKG) -> list[str]:
 #: never one above (type-only imports included). The statistics take plain values; the
 #: tuning and context sit on them, the port and its values on those; the culprits' stages come
 #: in the order a culprit is found; the rules read the port, the statistics and the culprit
-#: wording; the analyzer runs them all.
+#: wording; the beliefs revise what the rules said; the analyzer runs them all.
 ANALYSIS_FLOORS: tuple[tuple[str, ...], ...] = (
     ("memwatch.analysis.stats",),
     ("memwatch.analysis.context",),
@@ -274,6 +274,7 @@ ANALYSIS_FLOORS: tuple[tuple[str, ...], ...] = (
     ("memwatch.analysis.culprits.holders",),
     ("memwatch.analysis.culprits.attribution", "memwatch.analysis.culprits.wording"),
     ("memwatch.analysis.culprits.live", "memwatch.analysis.rules"),
+    ("memwatch.analysis.beliefs",),
     ("memwatch.analysis.analyzer",),
 )
 

@@ -42,6 +42,20 @@ class Tokens(Dataset[dict[str, torch.Tensor]]):
         return {"input_ids": self.ids[i], "labels": self.labels[i]}
 
 
+class MaskedTokens(Dataset[dict[str, torch.Tensor]]):
+    """Random token sequences for a masked-LM, each its own label (fixed seed)."""
+
+    def __init__(self, n: int, seq: int, vocab: int) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(1, vocab, (n, seq), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
 def make_args(tmp_path: Path, **kw: Any) -> TrainingArguments:
     opts: dict[str, Any] = dict(
         output_dir=str(tmp_path / "out"), use_cpu=True, per_device_train_batch_size=8,

@@ -21,23 +21,13 @@ import tempfile
 from typing import Any
 
 import torch
-from torch.utils.data import Dataset
+from hf_helpers import MaskedTokens
 from transformers import BertConfig, BertForMaskedLM, PrinterCallback, Trainer, TrainingArguments
 
 SEQ, VOCAB = 32, 1000
 EVAL_LOGITS: list[Any] = []  # metrics: every evaluation's predictions (the bug)
 
 
-class Tokens(Dataset[dict[str, torch.Tensor]]):
-    def __init__(self, n: int) -> None:
-        g = torch.Generator().manual_seed(0)
-        self.ids = torch.randint(1, VOCAB, (n, SEQ), generator=g)
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-        return {"input_ids": self.ids[i], "labels": self.ids[i]}
 
 
 def compute_metrics(p: Any) -> dict[str, float]:
@@ -71,8 +61,9 @@ def train(mode: str, epochs: int, callbacks: list[Any]) -> Trainer:
                              logging_steps=1000, eval_strategy="epoch" if metrics else "no",
                              seed=0, dataloader_num_workers=0)
     cls = Trainer if metrics else LogitsTrainer
-    trainer = cls(BertForMaskedLM(cfg), args, train_dataset=Tokens(8 * 24),
-                  eval_dataset=Tokens(256) if metrics else None, callbacks=callbacks,
+    trainer = cls(BertForMaskedLM(cfg), args, train_dataset=MaskedTokens(8 * 24, SEQ, VOCAB),
+                  eval_dataset=MaskedTokens(256, SEQ, VOCAB) if metrics else None,
+                  callbacks=callbacks,
                   compute_metrics=compute_metrics if metrics else None)
     trainer.remove_callback(PrinterCallback)
     trainer.train()

@@ -190,6 +190,31 @@ def test_forecast_error_is_measured_at_first_detection() -> None:
     assert bench.score_scenario(sc, no_fc)["memwatch"]["forecast"]["error"] is None
 
 
+def test_scoring_at_the_end_of_the_run() -> None:
+    """Beside the per-check columns, the current beliefs after the last check: a leak still
+    believed for a leak; none for a control (a leak verdict withdrawn since counts as none)."""
+    leak = scenarios.load("leak_from_epoch2").SCENARIO
+    said = _finding("leak", "host.rss", belief="train/host/1")
+    row = bench.score_scenario(leak, _fake_raw([[], [said], [said]]))
+    assert row["memwatch"]["end"]["ok"] and not row["memwatch"]["end"]["withdrawn"]
+    stopped = _finding("plateau", "host.rss", belief="train/host/1",
+                       evidence={"belief_state": "stopped"})
+    row = bench.score_scenario(leak, _fake_raw([[], [said], [stopped]]))
+    assert not row["memwatch"]["end"]["ok"] and row["memwatch"]["end"]["withdrawn"]
+    assert row["memwatch"]["detected"]  # the per-check column still says when it was found
+    ctrl = scenarios.load("ctrl_bounded_deque").SCENARIO
+    bounded = _finding("plateau", "host.rss", belief="train/host/1",
+                       evidence={"belief_state": "bounded", "pattern": "bounded"})
+    row = bench.score_scenario(ctrl, _fake_raw([[said], [bounded]]))
+    assert row["memwatch"]["false_alarm"] and row["memwatch"]["end"]["ok"]
+    assert not bench.score_scenario(ctrl, _fake_raw([[], [said]]))["memwatch"]["end"]["ok"]
+    summary = bench.summarize([bench.score_scenario(leak, _fake_raw([[], [said], [said]])),
+                               bench.score_scenario(ctrl, _fake_raw([[said], [bounded]]))])
+    assert summary["memwatch"]["end_leaks_believed"] == 1
+    assert summary["memwatch"]["end_false"] == [] and summary["memwatch"]["end_withdrawn"] == \
+        ["ctrl_bounded_deque"]
+
+
 def test_reported_scoring_per_split() -> None:
     """Issue 23's reported scores: found by the 2nd check (start + 1) beside the deadline; a
     bounded non-leak is right with a plateau or a step; ``none`` is right when quiet."""

@@ -23,7 +23,7 @@ def test_every_kind_has_a_rule_and_every_rule_declares_known_kinds() -> None:
 
 def test_parts_are_listed_under_the_rule_that_runs_them() -> None:
     (leak,) = [r for r in RULES if r.name == "leak"]
-    assert [p.name for p in leak.parts] == ["mapped_file", "native"]
+    assert [p.name for p in leak.parts] == ["mapped_file", "native", "bounded", "belief"]
     with pytest.raises(ValueError, match="part stray makes kinds"):
         Rule(name="x", kinds=frozenset({"leak"}), once=frozenset(), judge=lambda inp: [],
              parts=(SubRule("stray", frozenset({"plateau"})),))

@@ -86,10 +86,13 @@ def test_the_limit_that_binds_is_named() -> None:
     res = judge(host_growth(lambda s: 512 * MIB + s * MIB),
                 RecordedEvidence(attribution=Attribution(explained_bytes=400 * MIB)),
                 limits={"host.rss": 2 * GIB},
-                limit_names={"host.rss": "the address space (RLIMIT_AS, ulimit -v)"})
+                limit_names={"host.rss": "the address-space limit (RLIMIT_AS 2.86 GiB, "
+                                         "`ulimit -v 3000000`)"})
     f = only(res[1], "leak")
-    assert "limit of the address space (RLIMIT_AS, ulimit -v) is reached in about" in f.message
-    assert f.evidence["limit_name"].startswith("the address space")
+    # Quoted as set (3,000,000 KiB), with where this process's RSS meets it.
+    assert ("the address-space limit (RLIMIT_AS 2.86 GiB, `ulimit -v 3000000`: this memory "
+            "meets it at about 2.0 GiB) is reached in about") in f.message
+    assert f.evidence["limit_name"].startswith("the address-space limit")
     # 2 GiB - (1 GiB + 400 MiB peak) at 1 MiB/step: about 624 steps.
     assert f.steps_to_oom == pytest.approx(624, rel=0.1)
 

@@ -18,6 +18,9 @@ def test_a_run_under_ulimit_v_is_forecast_to_die_where_it_dies(tmp_path: Path) -
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     (died,) = [r["died_at"] for r in rows if "died_at" in r]
     first = next(r for r in rows if "steps_to_oom" in r)
-    assert "limit of the address space (RLIMIT_AS, ulimit -v)" in first["message"]
+    # The limit as it was set (ulimit takes KiB), and where RSS meets it.
+    assert "the address-space limit (RLIMIT_AS " in first["message"], first["message"]
+    assert "`ulimit -v " in first["message"] and "this memory meets it at about" in \
+        first["message"]
     predicted, actual = first["steps_to_oom"], died - first["step"]
     assert abs(predicted - actual) <= 0.5 * actual, (first, died)

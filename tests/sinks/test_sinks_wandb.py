@@ -71,14 +71,14 @@ def test_leak_run_panels_summary_and_oom_artifact(tmp_path: Path) -> None:
     assert defs["memwatch/device.allocated_gib"]["summary"] == ["max"]
     assert defs["memwatch/findings/leak.device.allocated_steps_to_oom"]["summary"] == ["min"]
 
-    # One findings table, in the summary: one row per current verdict, the planted leak's
-    # among them; written when a verdict changed, not at every check (each write is a version
-    # of its artifact).
+    # One findings table, in the summary: one row per belief (its current state and history),
+    # the planted leak's among them; written when a verdict changed, not at every check (each
+    # write is a version of its artifact).
     table = data.summary_table("memwatch/findings_table")
     assert table is not None and not data.tables("memwatch/findings_table")
     cols = table["columns"]
     assert cols == ["step", "stage", "kind", "metric", "severity", "mib_per_step",
-                    "steps_to_oom", "culprit", "message"]
+                    "steps_to_oom", "culprit", "message", "state", "history"]
     rows = [dict(zip(cols, r, strict=True)) for r in table["data"]]
     leak = [r for r in rows if r["kind"] == "leak" and r["metric"] == "device.allocated"]
     assert len(leak) == 1 and leak[0]["mib_per_step"] == pytest.approx(2.0, rel=0.05)
@@ -287,11 +287,32 @@ def test_a_leak_that_is_no_threat_is_not_ok(tmp_path: Path) -> None:
         "info: leak in device.allocated, not a threat to this run"
     assert data.summary["memwatch/verdict_kinds"] == ["leak:device.allocated"]
     assert "memwatch/worst_steps_to_oom" not in data.summary  # no threat: no "worst" forecast
+    # One row per belief, its current state: the leak restated at every check is one row.
     rows = data.summary_table("memwatch/findings_table")["data"]  # type: ignore[index]
-    assert [r[2:5] for r in rows if r[2] == "leak"] == [["leak", "device.allocated", "info"]]
+    assert [r[2:5] + r[9:10] for r in rows if r[2] == "leak"] == \
+        [["leak", "device.allocated", "info", "leak"]]
     snap = [a for a in data.artifacts if a["type"] == "memory-snapshot"]
     assert len(snap) == 1 and "report.html" in snap[0]["files"], data.artifacts
     assert list(data.path.glob("files/media/html/memwatch/report_*.html"))
+
+
+def test_a_leak_that_stops_is_withdrawn_in_the_summary_and_the_table(tmp_path: Path) -> None:
+    # 2 MiB a step for two epochs, then flat for four: the leak verdict, then its withdrawal.
+    run = wandb.init(project="memwatch-test")
+    sink = WandbSink()
+    mw = leak_run(tmp_path, [sink], epochs=6, steps=100, every=25, stop_after=2)
+    now = [f for f in mw.current_findings() if f.metric == "device.allocated"]
+    assert "leak" not in {f.kind for f in now}
+    assert [f.evidence["belief_state"] for f in now if f.kind == "plateau"] == ["stopped"]
+    data = finish(run)
+    assert data.summary["memwatch/verdict"] == "ok"  # the current beliefs: none is a leak
+    (gone,) = data.summary["memwatch/verdicts_withdrawn"]
+    assert gone.startswith("device.allocated: leak at epoch 1") and "→ stopped at epoch" in gone
+    table = data.summary_table("memwatch/findings_table")
+    assert table is not None
+    rows = [dict(zip(table["columns"], r, strict=True)) for r in table["data"]]
+    (row,) = [r for r in rows if r["metric"] == "device.allocated" and r["kind"] == "plateau"]
+    assert row["state"] == "stopped" and row["history"] == gone.split(": ", 1)[1]
 
 
 def test_warnings_and_critical_findings_raise_alerts(tmp_path: Path) -> None:

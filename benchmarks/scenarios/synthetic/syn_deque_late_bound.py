@@ -1,4 +1,4 @@
-"""Synthetic leak by the run's length: a ``deque`` whose ``maxlen`` is only reached late.
+"""Synthetic: a ``deque`` whose ``maxlen`` is only reached late (bounded: not a leak).
 
 Not from a thread. A "replay buffer" of per-step feature arrays (64 KiB numpy copies) is a
 ``collections.deque`` with ``maxlen`` set from the planned run, ``int(0.8 * total_steps)``: it is
@@ -6,12 +6,15 @@ bounded, but the bound is reached only after 80% of the run, so for the first 80
 64 KiB every step, exactly like an unbounded list, and only the last part of the last epoch is
 flat.
 
-Decision (for this corpus): **a leak**, starting in epoch 0. Whether a bounded container is a
-leak depends on where its bound is relative to the run: this one is sized by steps, not by
-memory (0.8 x steps x 64 KiB grows with the run), and every verdict before the bound (at every
-epoch end but possibly the last) sees memory held across epochs and still growing at the same
-rate, which is what a leak verdict means here. A deque bounded early (``ctrl_bounded_deque``,
-``maxlen=32``) is the control. The holder is the module global ``replay_buffer``.
+Decision (for this corpus, since issue 40): **bounded, not a leak**. A container that carries
+its own bound is judged with that bound: what it will hold when full (here 0.8 x steps x 64 KiB,
+23 MiB at the quick size) is set against the limit that binds, and it fits, so the growth is a
+plateau to come (``plateau`` with ``evidence["pattern"] == "bounded"``), and advice never asks
+for a bound it has. Where a run is long enough that the full deque would not fit, the leak
+verdict stands (with advice to lower the bound). Until issue 40 this scenario was labelled a leak
+("sized by steps, not by memory"); the bound relative to the limit decides now, as for a deque
+bounded early (``ctrl_bounded_deque``, ``maxlen=32``). The holder is the module global
+``replay_buffer``.
 """
 
 from __future__ import annotations
@@ -28,11 +31,12 @@ FILL_FRACTION = 0.8
 
 SCENARIO = Scenario(
     name="syn_deque_late_bound",
-    is_leak=True,
-    leak_start_epoch=0,
+    is_leak=False,
+    leak_start_epoch=None,
     expected_metric="host",
-    expected_culprit="replay_buffer",
+    expected_culprit=None,
     description="synthetic: deque(maxlen=0.8 x total steps) of 64 KiB arrays, bound hit late",
+    expected_kind="bounded",
     planted_bytes_per_step=BATCH * HIDDEN * 4 + 112,  # while filling (80% of the run)
 )
 

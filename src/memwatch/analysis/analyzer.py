@@ -11,14 +11,18 @@ Method (see docs/findings.md):
 3. The rules of :data:`memwatch.analysis.rules.RULES`, in order, each a function of one
    :class:`~memwatch.analysis.rules.base.RuleInput`; their findings pass the one
    de-duplication policy (:func:`~memwatch.analysis.rules.base.dedupe`).
+4. The beliefs (:mod:`.beliefs`): every finding names the belief it states, and the leak
+   beliefs this check said nothing new about are weighed again (growth that stopped).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 from typing import Protocol
 
+from memwatch.analysis.beliefs import Beliefs
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
 from memwatch.analysis.evidence import CensusPair, Evidence
 from memwatch.analysis.rules import RULES, Rule, RuleInput, dedupe
@@ -77,7 +81,8 @@ class Analyzer:
     """
 
     def __init__(self, config: AnalyzerConfig | None = None, evidence: Evidence | None = None,
-                 rules: tuple[Rule[RuleInput], ...] = RULES) -> None:
+                 rules: tuple[Rule[RuleInput], ...] = RULES,
+                 beliefs: Beliefs | None = None) -> None:
         self.config = config or AnalyzerConfig()
         if evidence is None:
             from memwatch.analysis.culprits.live import LiveEvidence
@@ -87,8 +92,11 @@ class Analyzer:
         self.evidence: Evidence = evidence
         #: The rules each check runs, in order.
         self.rules = rules
+        #: One belief per suspected leak (and per shape of a metric), revised at every check:
+        #: every finding leaves :meth:`check` naming its belief.
+        self.beliefs = beliefs if beliefs is not None else Beliefs()
         self.history: dict[str, list[EpochStats]] = {}
-        self._said: set[tuple[str, str]] = set()
+        self._said: set[tuple[str, ...]] = set()
         #: Per metric, the segments of the first epoch (or of a run without epochs) so far.
         self.segments: dict[str, list[EpochStats]] = {}
         #: memwatch's own growth (``ctx.own_growth``) at the previous check.
@@ -150,7 +158,7 @@ class Analyzer:
         found: list[tuple[Rule[RuleInput], Finding]] = []
         for rule in self.rules:
             found.extend((rule, f) for f in rule.judge(inp))
-        return dedupe(found, self._said)
+        return self.beliefs.revise(dedupe(found, self._said), inp)
 
     def sensitivity(self) -> dict[str, float]:
         """Per leak metric, the smallest growth (bytes a step) the last unit judged would count:
@@ -189,6 +197,24 @@ class Analyzer:
 
     def _stats(self, summary: EpochSummary, metric: str, ctx: CheckContext,
                first: bool) -> EpochStats | None:
+        """``metric``'s statistics over ``summary``, with this check's closing reading (less
+        the offset its levels were lowered by) and what ran after the unit's last step, when
+        the check closes a boundary (an epoch's end, or an evaluation that ran since the last
+        step). A check inside an epoch with nothing run since the last step is no boundary:
+        its reading above the unit's end floor is the unit's own growth over its last tenth
+        (steady growth would read as equal stairs at every such check), so no stair is read."""
+        st = self._stats_of(summary, metric, ctx, first)
+        closing = ctx.closing.get(metric)
+        boundary = ctx.at != "interval" or ctx.after is not None
+        if st is not None and boundary and closing is not None and math.isfinite(closing):
+            offset = ctx.own_growth if metric in _OWN_GROWTH else \
+                ctx.own_in_use if metric == IN_USE else 0.0
+            st.closing = float(closing) - offset
+            st.after = ctx.after
+        return st
+
+    def _stats_of(self, summary: EpochSummary, metric: str, ctx: CheckContext,
+                  first: bool) -> EpochStats | None:
         noise = self._host_read_noise(summary, metric, ctx, first)
         if metric in _OWN_GROWTH:
             offset = ctx.own_growth
@@ -196,6 +222,7 @@ class Analyzer:
                              offset=offset, noise_floor=noise)
             if st is not None:
                 own_step = max(offset - self._own_judged, 0.0)
+                st.own_free_threshold = st.threshold
                 st.threshold = max(st.threshold, OWN_UNCERTAINTY * own_step)
                 st.own_churn = self._churn_now
             return st
@@ -242,9 +269,10 @@ class Analyzer:
         * ``"growing"``: a leak metric grows steadily in this unit, or, from the third unit
           on, its floor sits above the previous unit's by far more than the noise (four
           thresholds and 2% of its level: memory kept between units, by validation or
-          epoch-end hooks, rises in such stairs). The census at the check *before* a verdict
-          is the baseline the verdict diffs; a warm-up levels off, so it is a plateau or a
-          small step, not steady growth;
+          epoch-end hooks, rises in such stairs), or the check's closing reading stands that
+          far above the unit's end floor (a boundary's stair, which the next may confirm).
+          The census at the check *before* a verdict is the baseline the verdict diffs; a
+          warm-up levels off, so it is a plateau or a small step, not steady growth;
         * ``"hint"``: a weaker sign (a jump, a floor above the previous unit's, the second
           unit's stair over the first, whose floor predates the warm-up, a rise within the
           unit), or growth of a part of RSS or of the allocator's in-use bytes alone (their
@@ -265,10 +293,15 @@ class Analyzer:
             # unit's floor predates the optimizer's state, the allocator's caches, the
             # prefetch; a clean Lightning fit's RSS floor rose 36 MiB from epoch 0 to 1):
             # a hint then, a stair from the third unit on.
-            if m in LEAK_METRICS and (st.shape == "growing" or stair and len(hist) >= 3):
+            # A boundary's stair (the closing reading above the unit's end floor): the next
+            # boundary may confirm it, and that verdict diffs against this census.
+            kept = st.stair if st.stair is not None else 0.0
+            boundary = kept > max(4 * st.threshold, 0.02 * abs(st.level))
+            if m in LEAK_METRICS and (st.shape == "growing" or stair and len(hist) >= 3
+                                      or boundary):
                 reason = "growing"
             elif reason is None and (st.shape == "step" or st.rise > st.threshold
-                                     or stair or floor_rose(hist)):
+                                     or stair or floor_rose(hist) or kept > st.threshold):
                 reason = "hint"
         return reason
 

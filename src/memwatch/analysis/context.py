@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from memwatch.analysis.stats.forecast import remaining_steps
-from memwatch.analysis.stats.held import verdict, worth_reporting
+from memwatch.analysis.stats.held import held_stairs, verdict, worth_reporting
 from memwatch.analysis.stats.shapes import EpochStats, ShapeConfig
 from memwatch.core.findings import Origin
 from memwatch.timeline import EpochSummary
@@ -96,7 +96,12 @@ class AnalyzerConfig:
     def held(self, hist: list[EpochStats]) -> str:
         """The held-growth verdict on ``hist``'s latest unit with this tuning
         (:func:`memwatch.analysis.stats.held.verdict`)."""
-        return verdict(hist, self.carry_fraction, self.deceleration)
+        return verdict(hist, self.carry_fraction, self.deceleration, self.shape.noise_k)
+
+    def stairs(self, hist: list[EpochStats]) -> float | None:
+        """The height of two equal stairs held over ``hist``'s last two units, or None
+        (:func:`memwatch.analysis.stats.held.held_stairs` with this tuning's ``noise_k``)."""
+        return held_stairs(hist, self.shape.noise_k)
 
     def worth(self, cur: EpochStats, amount: float) -> bool:
         """An informational finding about ``amount`` bytes is worth saying (at least
@@ -171,6 +176,20 @@ class CheckContext:
     #: (bytes; the same counters read around each check): ``host.malloc_in_use`` is judged
     #: without them.
     own_in_use: float = 0.0
+    #: The fast metrics read at this check, before its own work: after the unit's last step
+    #: and whatever ran after it (an evaluation, epoch-end hooks). Memory a boundary takes and
+    #: keeps shows here first (:attr:`EpochStats.stair`).
+    closing: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    #: What ran since the unit's last step ("val": an evaluation loop), when told.
+    after: str | None = None
+    #: An evaluation loop judged beside a training session of the same process: memory kept
+    #: across its runs is the training session's to judge (it sees what each evaluation
+    #: leaves, at the run's pace, and what training adds between two evaluations, which this
+    #: session would count as its own); this one says what happens inside an evaluation.
+    beside_training: bool = False
+    #: The run's pace: wall seconds per optimizer step since the first check's unit began,
+    #: evaluations and checks included (forecasts in wall time use it); None: the unit's own.
+    seconds_per_step: float | None = None
 
     def __post_init__(self) -> None:
         if self.census not in CENSUS_MODES:

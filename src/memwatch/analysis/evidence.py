@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from memwatch.analysis.context import AnalyzerConfig, CheckContext
 from memwatch.analysis.stats.shapes import EpochStats
 
-__all__ = ["Attribution", "Census", "CensusPair", "CensusRecord", "ContainerGrowth", "Evidence",
-           "Group", "GroupGrowth", "GroupKey", "Holder", "WorkerAttr", "WorkerGrowth"]
+__all__ = ["Attribution", "Bound", "Census", "CensusPair", "CensusRecord", "ContainerGrowth",
+           "Evidence", "Group", "GroupGrowth", "GroupKey", "Holder", "HolderSize", "WorkerAttr",
+           "WorkerGrowth"]
 
 #: (device, dtype, shape, requires_grad, grad_fn type name): what a census groups tensors by.
 GroupKey = tuple[str, str, tuple[int, ...], bool, str]
@@ -136,6 +138,50 @@ class ContainerGrowth:
                 "new": self.new, "bytes_delta": self.bytes_delta, "element": self.element}
 
 
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """A bound the holder carries itself: a ``collections.deque``'s ``maxlen``, a
+    ``functools.lru_cache``'s ``maxsize``. Such a container stops growing at ``capacity``
+    items whatever the run does, so its growth is judged with that bound, and advice never asks
+    for one.
+
+    Example::
+
+        >>> b = Bound("deque", capacity=2000, length=1500)
+        >>> b.describe(), b.full, b.left
+        ('deque(maxlen=2000)', False, 500)
+    """
+
+    kind: str  # "deque" or "lru_cache"
+    capacity: int
+    length: int
+
+    @property
+    def full(self) -> bool:
+        return self.length >= self.capacity
+
+    @property
+    def left(self) -> int:
+        """Items it may still gain."""
+        return max(self.capacity - self.length, 0)
+
+    def describe(self) -> str:
+        if self.kind == "lru_cache":
+            return f"functools.lru_cache(maxsize={self.capacity})"
+        return f"deque(maxlen={self.capacity})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "capacity": self.capacity, "length": self.length}
+
+
+@dataclasses.dataclass(frozen=True)
+class HolderSize:
+    """A named holder measured again at a later check: its items now, and its own bound."""
+
+    length: int
+    bound: Bound | None = None
+
+
 @dataclasses.dataclass
 class Holder:
     """Where a leaking object is held: a readable path and what kind of root it hangs from."""
@@ -155,6 +201,13 @@ class Holder:
     #: container above that optimizer grew: state created once per parameter, at its first
     #: step, as large as the parameter (bounded while parameters are not added).
     optimizer_state: bool = False
+    #: The bound the named container carries itself (``deque.maxlen``, an ``lru_cache``'s
+    #: ``maxsize``), as it stood at the walk; None: unbounded, or not a container that says.
+    bound: Bound | None = None
+    #: Measures the named container again (weakly: it keeps nothing alive): its size and bound
+    #: now, or None once it is gone. None when the walk could not keep a way back to it.
+    measure: Callable[[], HolderSize | None] | None = dataclasses.field(
+        default=None, repr=False, compare=False)
     #: The short name a fix calls the holder by: the growing container's own name, with the
     #: variable that holds it (``processor.last_step_result``, ``EVAL_LOGITS``,
     #: ``train_logits``); the whole route is :attr:`path`. None: no name to give.
@@ -176,6 +229,8 @@ class Holder:
             parts.append(f"{self.container_len} {self.elements or 'items'}")
         if delta:
             parts.append(f"+{delta} {since}")
+        if self.bound is not None:
+            parts.append(f"bounded: {self.bound.describe()}")
         if self.via_traceback and ".__traceback__" not in self.path:
             # The route below the named container was left out: it went through tracebacks.
             parts.append("each keeps its traceback, whose frames keep their locals")
@@ -288,6 +343,10 @@ class Attribution:
                 ev["holder_grew_by"] = h.owner_delta
             if h.optimizer_state:
                 ev["holder_optimizer_state"] = True
+            if h.container_len is not None:
+                ev["holder_len"] = h.container_len
+            if h.bound is not None:
+                ev["holder_bound"] = h.bound.to_dict()
             if h.name:
                 ev["holder_name"] = h.name
         elif self.holder_note:
@@ -385,4 +444,9 @@ class Evidence(Protocol):
 
     def alloc_conf(self) -> str:
         """The device allocator's configuration (``PYTORCH_CUDA_ALLOC_CONF``)."""
+        ...
+
+    def holder_size(self, path: str) -> HolderSize | None:
+        """The holder an earlier attribution named ``path``, measured again now (its items
+        and its own bound); None when it is gone or cannot be measured."""
         ...

@@ -1,7 +1,9 @@
 """What ``memwatch run`` says on the console (stderr: the script's stdout stays its own): one line
 per new verdict worth reading (every leak, whatever its severity: a slow leak is still said once;
 any other finding of severity warning or critical), as the checks make them
-(:class:`ConsoleSink`), and a few lines at exit (:func:`exit_lines`).
+(:class:`ConsoleSink`), one line when a later check changes a belief that was said (a leak that
+stopped, that fills a bounded container, that resumed; which ranks leak), and a few lines at
+exit (:func:`exit_lines`): the current verdicts, and the ones withdrawn, with their history.
 
 Example::
 
@@ -20,22 +22,22 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from memwatch.analysis.beliefs import current, describe, history, state_of
 from memwatch.core.findings import Finding
 from memwatch.core.protocols import CheckReport
 from memwatch.core.units import fmt_bytes
-from memwatch.runtime.warn import WARN_SEVERITIES
+from memwatch.core.verdict_words import counts
 from memwatch.sinks.base import NullSink
 
-__all__ = ["ConsoleSink", "exit_lines", "say", "verdict_line", "worth_saying"]
+__all__ = ["ConsoleSink", "exit_lines", "say", "verdict_line", "withdrawn", "worth_saying"]
 
 _RANK = {"critical": 0, "warning": 1, "info": 2}
-#: Kinds said whatever their severity (an ``info`` leak is one that cannot kill this run).
-_ALWAYS = ("leak", "rank_leak")
 
 
 def worth_saying(f: Finding) -> bool:
-    """Every leak, and any finding of severity warning or critical."""
-    return f.kind in _ALWAYS or f.severity in WARN_SEVERITIES
+    """Every leak, and any finding of severity warning or critical: what counts for the run's
+    verdict (:func:`memwatch.core.verdict_words.counts`)."""
+    return counts(f)
 
 
 def say(line: str, label: str = "") -> None:
@@ -74,6 +76,8 @@ class ConsoleSink(NullSink):
     def __init__(self, label: str = "") -> None:
         self.label = label
         self.said: set[tuple[str, str, str, bool]] = set()
+        #: Beliefs whose state was said (a change of them is news).
+        self.told: set[str] = set()
         #: Every finding the checks reported (the latest 1,000), for the summary at exit.
         self.findings: list[Finding] = []
 
@@ -81,40 +85,66 @@ class ConsoleSink(NullSink):
         self.findings.extend(report.findings)
         del self.findings[:-1000]
         for f in report.findings:
+            where = f"check {f.check} at step {f.step}" if f.check is not None else \
+                f"step {f.step}"
+            change = f.evidence.get("belief_change")
+            if change and f.belief in self.told:
+                say(f"{where}: {change}", self.label)
+                continue
             if not worth_saying(f):
                 continue
+            if f.belief is not None:
+                self.told.add(f.belief)
             key = (f.stage, f.kind, f.metric, bool(f.culprit))
             if key in self.said or (not f.culprit and (*key[:3], True) in self.said):
                 continue
             self.said.add(key)
-            where = f"check {f.check} at step {f.step}" if f.check is not None else \
-                f"step {f.step}"
             say(f"{where}: {verdict_line(f)}", self.label)
 
     # Samples are not printed; a bundle, the flight recorder says (and the summary at exit
     # names the failure's bundle): the rest of the sink is NullSink's.
 
 
-def _latest_per_metric(findings: Iterable[Finding]) -> list[Finding]:
-    latest: dict[tuple[str, str, str], Finding] = {}
-    for f in findings:
-        latest[(f.stage, f.kind, f.metric)] = f
-    return sorted(latest.values(), key=lambda f: (_RANK.get(f.severity, 3), f.kind, f.metric))
+def _worst_first(findings: Iterable[Finding]) -> list[Finding]:
+    return sorted(findings, key=lambda f: (_RANK.get(f.severity, 3), f.kind, f.metric))
+
+
+def withdrawn(findings: Sequence[Finding]) -> list[tuple[Finding, str]]:
+    """The current beliefs that were leaks once and are not now (growth that stopped, a
+    container that turned out bounded), each with its history in words."""
+    out = []
+    for f in current(findings):
+        if f.belief is None or state_of(f) == "leak":
+            continue
+        changes = history(findings, f.belief)
+        if any(c["state"] == "leak" for c in changes):
+            out.append((f, describe(changes)))
+    return out
 
 
 def exit_lines(what: str, steps: int, checks: int, findings: Sequence[Finding],
                report: Path | None, bundle: Any, max_findings: int = 4,
                unit: str = "step", summary: Path | None = None) -> list[str]:
     """The summary printed when the script exits: what watched it, the current verdicts (worst
-    first), the report, ``summary.json`` and the bundle."""
-    worth = [f for f in _latest_per_metric(findings) if worth_saying(f)]
+    first: one per belief, its latest state), the verdicts later checks withdrew (with their
+    history), the report, ``summary.json`` and the bundle."""
+    worth = [f for f in _worst_first(current(findings)) if worth_saying(f)]
+    gone = withdrawn(findings)
     lines = [f"watched {what}: {steps:,} {unit}(s), {checks} check(s); "
              + (f"{len(worth)} verdict(s)" if worth else
                 "no leak, no warning" if checks else
-                "no check ran (no step was recorded)")]
-    lines += [f"  {verdict_line(f)}" for f in worth[:max_findings]]
+                "no check ran (no step was recorded)")
+             + (f"; {len(gone)} withdrawn" if gone else "")]
+    for f in worth[:max_findings]:
+        changes = history(findings, f.belief) if f.belief else []
+        lines.append(f"  {verdict_line(f)}"
+                     + (f" ({describe(changes)})" if len(changes) > 1 else ""))
     if len(worth) > max_findings:
         lines.append(f"  ... and {len(worth) - max_findings} more (see the report)")
+    for f, words in gone[:max_findings]:
+        lines.append(f"  withdrawn: {f.metric}"
+                     + (f" held by {f.evidence['holder']}" if f.evidence.get("holder") else "")
+                     + f": {words}")
     if report is not None:
         lines.append(f"report: {report}" + (f" (and {summary.name})" if summary else ""))
     elif summary is not None:

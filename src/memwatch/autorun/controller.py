@@ -311,7 +311,7 @@ class Controller:
                 lines = [f"watched {self.what}"] + ([] if bundle is None else [
                     f"bundle of the failure: {bundle} (`memwatch inspect {bundle}`)"])
             else:
-                lines = exit_lines(self.what, mw.step_count, mw.checks, mw.current_findings(),
+                lines = exit_lines(self.what, mw.step_count, mw.checks, mw.findings,
                                    mw.report_path, bundle, summary=mw.summary_path,
                                    unit="sample" if mode == "time" else "step")
             for line in lines:

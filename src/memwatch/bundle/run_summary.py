@@ -48,7 +48,7 @@ SUMMARY_VERSION = 1
 KIND = "memwatch-run"
 #: Largest ``summary.json`` read (one memwatch writes is a few KiB; its verdicts are bounded).
 MAX_SUMMARY_BYTES = 4 << 20
-#: Verdicts kept in one summary (the current ones: one per metric, kind and holder).
+#: Verdicts kept in one summary (the current ones: one per belief).
 MAX_VERDICTS = 200
 
 _S0 = T(str, type(None))

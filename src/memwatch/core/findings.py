@@ -108,6 +108,11 @@ class Finding:
     #: names of ``memwatch.analysis.rules``); None for a finding made elsewhere or saved
     #: before findings named their rule.
     rule: str | None = None
+    #: The belief this finding states (``"train/host/1"``: the loop, the metric's family and
+    #: a number): one suspected leak, or one shape of one metric, judged again at every check.
+    #: The findings of one belief are its history, the latest its current state (see
+    #: :func:`memwatch.analysis.beliefs.current`); None for a finding saved before beliefs.
+    belief: str | None = None
 
     def __post_init__(self) -> None:
         if self.severity not in SEVERITIES:

@@ -168,13 +168,18 @@ FINDING_COLUMNS: tuple[str, ...] = (
     "steps_to_oom",
     "culprit",
     "message",
+    "state",
+    "history",
 )
 
 
-def finding_row(finding: Any, stage: str = "train") -> list[Any]:
-    """One row of the findings table, in :data:`FINDING_COLUMNS` order (JSON-able values)."""
+def finding_row(finding: Any, stage: str = "train", history: str | None = None) -> list[Any]:
+    """One row of the findings table, in :data:`FINDING_COLUMNS` order (JSON-able values):
+    ``state`` is the state the finding gives its belief (``leak``, ``bounded``, ``stopped`` or
+    its kind), ``history`` how that belief came to it (None: it never changed)."""
     rate = getattr(finding, "bytes_per_step", None)
     steps = getattr(finding, "steps_to_oom", None)
+    ev = getattr(finding, "evidence", None) or {}
     return [
         getattr(finding, "step", None),
         stage,
@@ -185,6 +190,8 @@ def finding_row(finding: Any, stage: str = "train") -> list[Any]:
         None if steps is None or math.isinf(steps) else float(steps),
         getattr(finding, "culprit", None),
         getattr(finding, "message", None),
+        ev.get("belief_state") or getattr(finding, "kind", None),
+        history,
     ]
 
 

@@ -33,7 +33,7 @@ class CheckReport:
         rank_summaries: on rank 0 of a distributed run, one summary per rank after the
             exchange (``None`` for a rank that did not answer); empty otherwise.
         current: the session's current verdicts after this check
-            (:meth:`memwatch.MemWatch.current_findings`: one per metric, kind and holder), what
+            (:meth:`memwatch.MemWatch.current_findings`: one per belief), what
             a sink shows as the run's answer; empty when the report was made elsewhere.
     """
 
@@ -167,5 +167,5 @@ class LiveRun(SessionView, Protocol):
     def checks(self) -> int: ...
 
     def current_findings(self) -> list[Finding]:
-        """The run's current verdicts (one per metric, kind and holder)."""
+        """The run's current verdicts (one per belief)."""
         ...

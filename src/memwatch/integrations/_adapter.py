@@ -22,7 +22,8 @@ class Adapter:
     Attributes:
         memwatch: the training :class:`memwatch.MemWatch` (``None`` before training starts).
         eval_memwatch: ``{"val": MemWatch, "test": MemWatch}`` for the loops that ran.
-        findings: every finding so far (the latest 1,000), training and evaluation.
+        findings: every finding so far (the latest 1,000), training and evaluation: the
+            history of every belief; :meth:`current_findings` the current verdicts.
         bundle_path: the flight-recorder bundle written when the run died, if any.
         stopped_by_memwatch, stop_reason: the graceful stop, and why.
         recovered_ooms: one dict per OOM a batch-size finder recovered from (``attempt``,
@@ -43,6 +44,11 @@ class Adapter:
     @property
     def findings(self) -> list[Finding]:
         return self._d.findings
+
+    def current_findings(self) -> list[Finding]:
+        """The current verdicts of every loop: one finding per belief, its latest state (a
+        leak whose growth stopped is its plateau); :attr:`findings` keeps the history."""
+        return self._d.current_findings()
 
     @property
     def bundle_path(self) -> Path | None:

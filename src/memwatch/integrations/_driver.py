@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from memwatch.analysis.beliefs import current
 from memwatch.bundle.paths import per_rank
 from memwatch.core.errors import ConfigError, MemWatchWarning
 from memwatch.core.findings import Finding
@@ -221,13 +222,17 @@ class Driver:
                       MemWatchWarning, stacklevel=user_stacklevel())
 
     # ------------------------------------------------------------------ checks
-    def end_epoch(self, stage: str = "train") -> list[Finding]:
+    def end_epoch(self, stage: str = "train", epoch_end_follows: bool = False) -> list[Finding]:
         """The epoch of ``stage`` ended: its check's findings (logged through the sinks by the
-        session), kept and warned about."""
+        session), kept and warned about. An evaluation's end is a boundary of training: its
+        next check (now, unless the training epoch end ``epoch_end_follows``) reads what the
+        evaluation kept."""
         mw = self.memwatch if stage == "train" else self.eval_memwatch.get(stage)
-        if mw is None or not mw.running:
-            return []
-        mw.end_epoch()  # never raises (the session disables what fails)
+        if mw is not None and mw.running:
+            mw.end_epoch()  # never raises (the session disables what fails)
+        train = self.memwatch
+        if stage != "train" and train is not None and train.running:
+            train.boundary(stage, check=not epoch_end_follows)
         return self.told.take()
 
     @property
@@ -245,6 +250,8 @@ class Driver:
             base = train.config if train is not None else self.config()
             mw = MemWatch.from_config(dataclasses.replace(base.for_evaluation(stage),
                                                           sinks=self.sinks))
+            if train is not None and train.running:  # one leak, one verdict: training's
+                mw.judge_beside_training()
             mw.start()
         except Exception as e:  # noqa: BLE001
             log.warning("memwatch: could not watch the %s loop (%s: %s)", stage,
@@ -252,6 +259,10 @@ class Driver:
             return None
         self.eval_memwatch[stage] = mw
         return mw
+
+    def current_findings(self) -> list[Finding]:
+        """The current verdicts of every session: one finding per belief, its latest state."""
+        return current(self.findings)
 
     def eval_step(self, stage: str) -> None:
         mw = self.eval_memwatch.get(stage)

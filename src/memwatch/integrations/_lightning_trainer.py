@@ -1,12 +1,13 @@
 """What the Lightning callback reads of a ``Trainer`` (duck-typed: nothing here imports Lightning,
 and the ``lightning`` and ``pytorch_lightning`` trainers read the same): the device it trains on,
-the optimizer steps it plans, an epoch's length, the step its loggers log at."""
+the optimizer steps it plans, an epoch's length, the step its loggers log at, whether a
+validation ends a training epoch."""
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["epoch_steps", "logger_step", "planned_steps", "root_device"]
+__all__ = ["epoch_end_follows", "epoch_steps", "logger_step", "planned_steps", "root_device"]
 
 
 def root_device(trainer: Any) -> Any:
@@ -40,3 +41,11 @@ def logger_step(trainer: Any) -> int:
     loop = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
     value = getattr(loop, "_batches_that_stepped", None)
     return int(value) if isinstance(value, int) else max(int(trainer.global_step) - 1, 0)
+
+
+def epoch_end_follows(trainer: Any) -> bool:
+    """A validation at the end of a training epoch (its last batch done): the epoch's own check
+    follows it and reads what it kept."""
+    progress = getattr(getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None),
+                       "batch_progress", None)
+    return bool(getattr(progress, "is_last_batch", False))

@@ -163,7 +163,7 @@ class MemWatchCallback(Adapter, Callback):
     @override
     def on_validation_epoch_end(self, trainer: Trainer, pl_module: Module) -> None:
         if not trainer.sanity_checking:
-            self._d.end_epoch("val")
+            self._d.end_epoch("val", epoch_end_follows=lt.epoch_end_follows(trainer))
 
     @override
     def on_test_epoch_start(self, trainer: Trainer, pl_module: Module) -> None:

@@ -320,9 +320,22 @@ def parse_vm(text: bytes) -> dict[str, float]:
 
 
 #: The process limits that end a run of their own (``setrlimit``), the status line each is
-#: measured against, and how messages name them.
-RLIMITS = (("RLIMIT_AS", "VmSize", "the address space (RLIMIT_AS, ulimit -v)"),
-           ("RLIMIT_DATA", "VmData", "the data segment (RLIMIT_DATA, ulimit -d)"))
+#: measured against, and how messages name them (with the value set: ``ulimit`` takes KiB).
+RLIMITS = (
+    ("RLIMIT_AS", "VmSize", "the address-space limit (RLIMIT_AS {gib}, `ulimit -v {kib}`)"),
+    ("RLIMIT_DATA", "VmData", "the data-segment limit (RLIMIT_DATA {gib}, `ulimit -d {kib}`)"),
+)
+
+
+def rlimit_name(template: str, soft: int) -> str:
+    """A limit's name quoting the value set: ``ulimit -v 3000000`` is 3,000,000 KiB, 2.86 GiB.
+
+    Example::
+
+        >>> rlimit_name(RLIMITS[0][2], 3_000_000 * 1024)
+        'the address-space limit (RLIMIT_AS 2.86 GiB, `ulimit -v 3000000`)'
+    """
+    return template.format(gib=f"{soft / 2**30:.2f} GiB", kib=soft // 1024)
 
 
 def rlimit_room(pid: int | None = None) -> tuple[float, str] | None:
@@ -342,7 +355,7 @@ def rlimit_room(pid: int | None = None) -> tuple[float, str] | None:
         except (OSError, ValueError):
             continue
         if soft != resource.RLIM_INFINITY and soft > 0:
-            want.append((int(soft), field, name))
+            want.append((int(soft), field, rlimit_name(name, int(soft))))
     if not want:
         return None
     try:

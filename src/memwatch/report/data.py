@@ -86,7 +86,7 @@ class ReportData:
     #: Per metric: (steps, floors), the minimum of each of FLOOR_WINDOWS windows of the full
     #: series (computed before the charts' max-downsampling, which would hide the floors).
     floors: dict[str, tuple[list[int], list[float]]] = dataclasses.field(default_factory=dict)
-    #: The run's current verdicts (one per metric, kind and holder), when the source knows them
+    #: The run's current verdicts (one per belief), when the source knows them
     #: (a live run: ``MemWatch.current_findings()``; a finished run: its ``summary.json``);
     #: None: the latest finding of each kind and metric stands for them.
     current: list[dict[str, Any]] | None = None

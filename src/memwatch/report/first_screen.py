@@ -53,6 +53,8 @@ def _card(c: Card, i: int) -> str:
         rows.append(("Growth", esc(c.rate)))
     if c.forecast:
         rows.append(("Forecast", esc(c.forecast)))
+    if c.history:
+        rows.append(("History", esc(c.history)))
     if c.fix:
         more = ("<ul>" + "".join(f"<li>{rich(t)}</li>" for t in c.more_fixes) + "</ul>"
                 if c.more_fixes else "")
@@ -62,9 +64,11 @@ def _card(c: Card, i: int) -> str:
         f"{'✓' if e.found else '–'} {esc(e.name)}: {esc(e.detail)}</span>" for e in c.evidence)
     rows.append(("Evidence", chips))
     grid = "".join(f"<div class='k'>{k}</div><div class='v'>{v}</div>" for k, v in rows)
+    state = str((c.finding.get("evidence") or {}).get("belief_state") or "")
+    what = "leak, stopped" if state == "stopped" else c.kind.replace("_", " ")
     return (f"<article class='card {esc(c.severity)}' id='mw-card-{i}'><div class='head'>"
             f"<span class='badge {esc(c.severity)}'>{esc(c.severity)}</span> "
-            f"<b>{esc(c.kind.replace('_', ' '))}</b> in <code>{esc(c.metric)}</code> "
+            f"<b>{esc(what)}</b> in <code>{esc(c.metric)}</code> "
             f"<span class='muted'>judged at {esc(c.when or 'the last check')}</span></div>"
             f"<div class='grid'>{grid}</div><details class='words'><summary>The analyzer's "
             f"words</summary><p>{rich(c.message)}</p></details></article>")

@@ -209,13 +209,12 @@ def tensor_label(t: dict[str, Any]) -> str:
 
 
 def latest_findings(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The last finding of each (kind, metric): the analyzer restates a verdict every epoch."""
-    last: dict[tuple[str, str], dict[str, Any]] = {}
-    for f in findings:
-        key = (str(f.get("kind")), str(f.get("metric")))
-        last.pop(key, None)
-        last[key] = f
-    return list(last.values())
+    """The current finding of each belief (:func:`memwatch.analysis.beliefs.current`): the
+    analyzer restates a verdict at every check and revises it when the evidence changes (a
+    finding saved before beliefs counts as one belief per loop, kind and metric)."""
+    from memwatch.analysis.beliefs import current
+
+    return current(findings)
 
 
 def _group_key(g: dict[str, Any]) -> tuple[str, str, str, str]:

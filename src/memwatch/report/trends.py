@@ -39,6 +39,9 @@ class TrendLine:
     significant: bool
     limit: float | None = None
     limit_step: float | None = None  # where the line reaches the limit, when it does
+    #: Where the growth stopped (the current belief about the metric says so): the line ends
+    #: there and forecasts nothing.
+    stopped_at: float | None = None
     #: The fit left out the first epoch (the warm-up), as the analyzer does.
     after_first_epoch: bool = False
 
@@ -51,6 +54,8 @@ class TrendLine:
                else "Theil-Sen fit on the floors" + (" after the first epoch"
                                                       if self.after_first_epoch else ""))
         s = f"{fmt_bytes(self.slope)}/step ({how})"
+        if self.stopped_at is not None:
+            s += f", until step {int(self.stopped_at):,}, where it stopped"
         if self.limit_step is not None and self.limit is not None:
             s += (f"; reaches the {fmt_bytes(self.limit)} limit near step "
                   f"{int(self.limit_step):,}")
@@ -58,10 +63,19 @@ class TrendLine:
 
 
 def fit_trend(d: ReportData, metric: str) -> TrendLine | None:
-    """Theil-Sen on bucket floors of ``metric`` (warm-up epoch dropped), or None."""
+    """Theil-Sen on bucket floors of ``metric`` (warm-up epoch dropped), or None. When the
+    current belief about ``metric`` is growth that stopped, the line covers the growth only
+    and forecasts nothing."""
     import numpy as np
 
+    from memwatch.analysis.beliefs import current, state_of
     from memwatch.analysis.stats.trend import trend_test
+
+    now = [f for f in current(d.findings) if f.get("metric") == metric]
+    # Growth that stopped, or a container filling its own bound: no forecast to a limit.
+    settled = next((f for f in now if state_of(f) in ("stopped", "bounded")), None)
+    stop = settled if settled is not None and state_of(settled) == "stopped" else None
+    stopped_at = finite((stop.get("evidence") or {}).get("flat_since_step")) if stop else None
 
     col = d.values.get(metric)
     if not col or len(d.steps) < 8:
@@ -76,6 +90,8 @@ def fit_trend(d: ReportData, metric: str) -> TrendLine | None:
             keep = x > first_end
             x, y, dropped = x[keep], y[keep], True
     ok = np.isfinite(y)
+    if stopped_at is not None and int((x <= stopped_at).sum()) >= 8:
+        ok &= x <= stopped_at
     x, y = x[ok], y[ok]
     if len(y) < 8:
         return None
@@ -91,7 +107,10 @@ def fit_trend(d: ReportData, metric: str) -> TrendLine | None:
     level = float(np.nanmedian(floors))
     big = rise > max(256 * 1024, 2e-4 * abs(level), 4 * tr.noise)
     slope, significant, source = tr.slope, bool(tr.increasing() and big), "fit"
-    for f in reversed(d.findings):
+    # The current verdict's rate (a leak believed now); for growth that stopped, the rate of
+    # the leak it was; for a container filling its bound, the fit's.
+    for f in ([*now, *reversed(d.findings)] if settled is None else
+              reversed(d.findings) if stop is not None else []):
         bps = finite(f.get("bytes_per_step"))
         if f.get("metric") == metric and f.get("kind") in ("leak", "near_oom") and bps:
             slope, significant, source = bps, True, "analyzer"
@@ -100,10 +119,10 @@ def fit_trend(d: ReportData, metric: str) -> TrendLine | None:
     y1 = float(tr.intercept + tr.slope * x1)
     y0 = y1 - slope * (x1 - x0)
     line = TrendLine(metric, x0, x1, y0, y1, float(slope), source, bool(significant),
-                     after_first_epoch=dropped)
+                     stopped_at=stopped_at, after_first_epoch=dropped)
     limit = finite(d.limits.get(metric))
     if limit and limit > 0:
         line.limit = limit
-        if significant and slope > 0 and y1 < limit:
+        if significant and slope > 0 and y1 < limit and settled is None:
             line.limit_step = x1 + (limit - y1) / slope
     return line

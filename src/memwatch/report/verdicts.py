@@ -1,12 +1,13 @@
 """The report's first screen in words: one card per verdict, or one line for a clean run.
 
 A person opens a report to learn what leaks, who holds it, how fast, when it runs out and what to
-change. :func:`cards` answers that from the findings (the latest verdict per kind and metric),
-worst first: the kind and severity, the holder, the growth per step with its 95% interval, the
-forecast against the limit, the fix, and the evidence the verdict rests on — the trend statistics
-(always), a census diff between two checks (the holder), allocation sites (``tracemalloc`` or the
-device's allocation history) — so a reader can tell how sure memwatch is. :func:`clean_line`
-says a run without such a verdict is clean, and shows its peaks.
+change. :func:`cards` answers that from the findings (the current verdict of every belief, see
+:mod:`memwatch.analysis.beliefs`; a leak whose growth stopped shows as stopped, with its
+history), worst first: the kind and severity, the holder, the growth per step with its 95%
+interval, the forecast against the limit, the fix, and the evidence the verdict rests on — the
+trend statistics (always), a census diff between two checks (the holder), allocation sites
+(``tracemalloc`` or the device's allocation history) — so a reader can tell how sure memwatch
+is. :func:`clean_line` says a run without such a verdict is clean, and shows its peaks.
 
 Example::
 
@@ -31,9 +32,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from memwatch.analysis.beliefs import current, describe, history, state_of
 from memwatch.core.units import fmt_bytes, fmt_duration
 from memwatch.report.data import ReportData, epochs_in, finite
-from memwatch.report.summary import SHOWN_METRICS, latest_findings
+from memwatch.report.summary import SHOWN_METRICS
 
 __all__ = ["Card", "Evidence", "cards", "clean_line", "peaks"]
 
@@ -72,6 +74,9 @@ class Card:
     evidence: list[Evidence]
     message: str
     finding: dict[str, Any]
+    #: How the belief came to its current state ("leak at epoch 1 (step 96) → stopped at
+    #: epoch 3 (step 288)"); None when it never changed.
+    history: str | None = None
 
 
 def _sort_key(f: dict[str, Any]) -> tuple[int, float, int]:
@@ -81,12 +86,20 @@ def _sort_key(f: dict[str, Any]) -> tuple[int, float, int]:
             CARD_KINDS.index(kind) if kind in CARD_KINDS else len(CARD_KINDS))
 
 
+def _changes(d: ReportData, f: dict[str, Any]) -> list[dict[str, Any]]:
+    b = f.get("belief")
+    return history(d.findings, str(b)) if b else []
+
+
 def verdict_findings(d: ReportData) -> list[dict[str, Any]]:
-    """The findings that get a card, worst first: warning and critical ones of every kind, and
-    leaks and OOM forecasts of any severity (the latest of each kind and metric)."""
-    current = d.current if d.current is not None else latest_findings(d.findings)
-    got = [f for f in current
-           if f.get("severity") in ("warning", "critical") or f.get("kind") in CARD_KINDS]
+    """The findings that get a card, worst first: of the current verdicts (one per belief:
+    the session's or ``summary.json``'s when the source has them), warning and critical ones of
+    every kind, leaks and OOM forecasts of any severity, and beliefs that were leaks once and
+    are not now (their history says why)."""
+    now = d.current if d.current is not None else current(d.findings)
+    got = [f for f in now
+           if f.get("severity") in ("warning", "critical") or f.get("kind") in CARD_KINDS
+           or (state_of(f) != "leak" and any(c["state"] == "leak" for c in _changes(d, f)))]
     return sorted(got, key=_sort_key)
 
 
@@ -240,12 +253,14 @@ def cards(d: ReportData) -> list[Card]:
     for f in verdict_findings(d):
         holder, rest = _holder(f)
         tips = [str(t) for t in f.get("suggestions") or [] if t]
+        changes = _changes(d, f)
         out.append(Card(
             kind=str(f.get("kind", "")), severity=str(f.get("severity", "")),
             metric=str(f.get("metric", "")), when=_when(f, epochs), holder=holder,
             holder_detail=rest, rate=_rate(f), forecast=_forecast(f, d.limits),
             fix=tips[0] if tips else None, more_fixes=tips[1:], evidence=_evidence(f, epochs),
-            message=str(f.get("message", "")), finding=f))
+            message=str(f.get("message", "")), finding=f,
+            history=describe(changes) if len(changes) > 1 else None))
     return out
 
 
@@ -269,7 +284,7 @@ def _share(v: float, limit: float) -> str:
 
 def clean_line(d: ReportData) -> str:
     """The first screen of a run without a verdict: one sentence, and its peaks."""
-    n_info = len(latest_findings(d.findings))
+    n_info = len(current(d.findings))
     steps = d.steps[-1] if d.steps else None
     judged = f"{steps:,} steps judged" if steps else "judged"
     if epochs_in(d):

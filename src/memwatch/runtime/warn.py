@@ -21,6 +21,12 @@ Two channels, chosen by what a finding means for the run:
 Every new leak verdict therefore reaches the console exactly once, whatever its severity; other
 ``info`` findings (a warm-up that levelled off) stay silent, so a clean run is quiet.
 
+A verdict is a belief (:mod:`memwatch.analysis.beliefs`): when a later check changes a belief
+whose earlier state was told (a leak whose growth stopped, a leak that turned out to fill a
+bounded container, growth that resumed, which ranks leak), the change is told once, in one line
+(its ``evidence["belief_change"]``); a change of a belief never told is not news (a notice that
+waited for its holder and learned it is bounded is dropped unsaid).
+
 The warning's first line is short (kind, metric, holder, rate, forecast; under ~160
 characters); the verdict, the holder in full and each suggestion follow on lines of their own.
 The warning points at the user's code: :func:`user_stacklevel` walks the stack to the first frame
@@ -61,6 +67,7 @@ import weakref
 from collections.abc import Iterable
 from types import FrameType
 
+from memwatch.analysis.beliefs import state_of
 from memwatch.core.errors import MemWatchWarning
 from memwatch.core.findings import Finding
 from memwatch.core.units import fmt_bytes, fmt_duration
@@ -200,6 +207,8 @@ class FindingWarner:
         #: its labels, the kind of check it waits for, the checks of that kind ended since).
         self._waiting: dict[str, tuple[Finding, str, str, int]] = {}
         self._at = "epoch_end"
+        #: Beliefs whose state was told (a change of them is news), by ``Finding.belief``.
+        self.told: set[str] = set()
 
     def tell(self, findings: Iterable[Finding], labels: str = "", *, warn: bool = True,
              at: str = "epoch_end") -> None:
@@ -212,6 +221,9 @@ class FindingWarner:
         for f in findings:
             if _TOLD.get(id(f)) is f:
                 continue
+            if f.belief is not None and self._revised(f, labels, warn):
+                _TOLD[id(f)] = f
+                continue
             if warn and f.severity in WARN_SEVERITIES:
                 self.warn(f, labels)
             elif f.kind in NOTICE_KINDS:
@@ -220,7 +232,28 @@ class FindingWarner:
                 continue
             _TOLD[id(f)] = f
 
+    def _revised(self, f: Finding, labels: str, warn: bool) -> bool:
+        """``f`` changes a belief: said here when that belief's earlier state was told (True:
+        done with ``f``); a waiting notice of a leak that is no longer one is dropped."""
+        waited = self._waiting.get(f.stage)
+        if waited is not None and waited[0].belief == f.belief and state_of(f) != "leak":
+            del self._waiting[f.stage]  # never told, and no longer a leak: nothing to say
+        change = f.evidence.get("belief_change")
+        if not change or f.belief not in self.told:
+            return False
+        if warn and f.severity in WARN_SEVERITIES:
+            warnings.warn(f"memwatch{labels}: {change}\n" + warning_text(f, labels),
+                          MemWatchWarning, stacklevel=user_stacklevel())
+        else:
+            log.warning("memwatch%s: %s", labels, change)
+        return True
+
+    def _said(self, f: Finding) -> None:
+        if f.belief is not None:
+            self.told.add(f.belief)
+
     def warn(self, f: Finding, labels: str = "") -> None:
+        self._said(f)
         key = (f.stage, f.kind, f.metric)
         named = (f.stage, f.kind, f.metric + "#culprit")
         if key in self.warned and (not f.culprit or named in self.warned):
@@ -239,6 +272,7 @@ class FindingWarner:
             # said at the end of the next check of this kind, unless that one names the holder
             self._waiting.setdefault(f.stage, (f, labels, self._at, 0))
             return
+        self._said(f)
         waited = self._waiting.pop(f.stage, None)
         if waited is not None and f.kind == "leak":
             # The holder of the stage's leak, named: this line replaces the waiting one.
@@ -268,5 +302,6 @@ class FindingWarner:
 
     def _say_waiting(self, stage: str) -> None:
         f, labels, _, _ = self._waiting.pop(stage)
+        self._said(f)
         self.warned.add((f.stage, f.kind, f.metric + "#notice"))
         log.warning("%s", notice_text(f, labels))

@@ -14,6 +14,7 @@ it.
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -41,6 +42,9 @@ __all__ = ["MAX_FINDINGS", "Checker"]
 
 #: ``MemWatch.findings`` keeps at most this many (the most recent).
 MAX_FINDINGS = 1000
+#: The run's pace is measured over the periods between this many checks (two periods: a leak's
+#: verdict compares two units).
+PACE_CHECKS = 3
 
 
 class Checker:
@@ -84,6 +88,17 @@ class Checker:
         self.own_in_use = 0.0
         self.tracer: AllocationTracer | None = None  # while tracing
         self.exchange: RankExchange | None = None  # when distributed
+        #: An evaluation loop judged beside a training session of this process (its memory
+        #: kept across evaluations is the training session's to judge).
+        self.beside_training = False
+        #: What ran since the last step and before the next check ("val": an evaluation).
+        self.after: str | None = None
+        #: An evaluation boundary was passed once: the loop evaluates (see check()).
+        self.evaluates = False
+        #: Where the run's pace is measured from: the first unit judged, then the checks (time,
+        #: step) of the last two periods.
+        self.pace_from: tuple[float, int] | None = None
+        self.marks: collections.deque[tuple[float, int]] = collections.deque(maxlen=PACE_CHECKS)
 
     # ------------------------------------------------------------------ start and stop
     def start(self) -> None:
@@ -112,6 +127,24 @@ class Checker:
     def use_analyzer(self, analyzer: Judge | None) -> None:
         """Judge with ``analyzer`` from now on (None: no verdicts)."""
         self.analyzer = analyzer
+
+    def judge_beside_training(self, beside: bool = True) -> None:
+        """This (evaluation) session runs beside a training session of the same process: what
+        its memory keeps across evaluations is that session's to judge."""
+        self.beside_training = bool(beside)
+
+    def passed(self, what: str) -> None:
+        """``what`` ran since the last step ("val": an evaluation loop); the next check's closing
+        reading includes what it kept."""
+        self.after = what
+        self.evaluates = True
+
+    def current(self) -> list[Finding]:
+        """The current state of every belief: the latest finding of each (see
+        :func:`memwatch.analysis.beliefs.current`)."""
+        from memwatch.analysis.beliefs import current
+
+        return current(self.findings)
 
     def _start_exchange(self) -> None:
         """Per-rank summaries at checks (never per step) when running distributed."""
@@ -235,13 +268,19 @@ class Checker:
         and, when ``exchange``, rank 0's across ranks; the report the session hands on.
         ``device_snapshot``: the device allocator's snapshot, when its history is recorded."""
         tl = self._sampling.timeline
+        closing = self._sampling.read_now()  # before any of the check's own work
         early = at == "interval" and self._config.check_every_n_steps == "auto" and \
             self._sampling.step_count < CHECK_CAP_STEPS
         defer = at != "epoch_end" and self._plan.defer_leaks(bool(tl is not None and tl.epochs),
                                                              early)
+        # A check sized to the run that falls between two evaluations of a loop that evaluates
+        # leaves leak verdicts to the next boundary's check: its census spans no evaluation, so
+        # the memory evaluations keep (which RSS shows late, over the training steps after
+        # them) reads as growth that nothing explains, and would be a belief of its own.
+        defer = defer or (early and self.evaluates and self.after is None)
         origin = self.origin(summary, epoch)
         new = self.judge(summary, at, origin, partial=partial, defer_leaks=defer,
-                         device_snapshot=device_snapshot, exchange=exchange)
+                         device_snapshot=device_snapshot, exchange=exchange, closing=closing)
         return CheckReport(
             stage=self._config.stage,
             epoch=summary.epoch if summary is not None else int(origin.epoch or 0),
@@ -260,11 +299,18 @@ class Checker:
 
     def judge(self, summary: EpochSummary | None, at: str, origin: Origin, *,
               partial: EpochSummary | None = None, defer_leaks: bool = False,
-              device_snapshot: Any = None, exchange: bool = True) -> list[Finding]:
+              device_snapshot: Any = None, exchange: bool = True,
+              closing: dict[str, float] | None = None) -> list[Finding]:
         """One check: the verdicts on ``summary`` (and, when ``exchange``, rank 0's verdicts
-        across ranks); the new findings, also kept in :attr:`findings`."""
+        across ranks); the new findings, also kept in :attr:`findings`. ``closing``: the fast
+        metrics read at the check, before its own work."""
         number = self.checks  # (origin.check: the same)
         self.checks += 1
+        if summary is not None and self.pace_from is None:
+            self.pace_from = (summary.t_start, summary.start_step)
+        pace = self.pace()
+        self.marks.append((time.monotonic(), self._sampling.step_count))
+        after, self.after = self.after, None
         trace = None
         own_before, churn_before, used_before = self.own_rss, self.own_churn, self.own_in_use
         if summary is not None and self.tracer is not None:
@@ -284,7 +330,8 @@ class Checker:
                                collected=tracer is not None and tracer.active
                                and tracer.collected_epoch == number,
                                own_growth=own_before, own_churn=churn_before,
-                               own_in_use=used_before)
+                               own_in_use=used_before, closing=closing, after=after,
+                               pace=pace)
             new = self._analyze(analyzer, summary, ctx, number)
         if exchange:  # every rank, even after an empty epoch; ranks meet at the same step only
             new += self._exchange_ranks(new, summary, origin)
@@ -296,7 +343,8 @@ class Checker:
                 device_snapshot: Any = None, tracing: bool = False,
                 collected: bool = False, steps_done: int | None = None,
                 own_growth: float = 0.0, own_churn: float = 0.0,
-                own_in_use: float = 0.0) -> CheckContext:
+                own_in_use: float = 0.0, closing: dict[str, float] | None = None,
+                after: str | None = None, pace: float | None = None) -> CheckContext:
         """What the analyzer is told at this check (it never reads the session)."""
         binding = self._sampling.binding()
         return CheckContext(
@@ -309,7 +357,20 @@ class Checker:
             device_kind=getattr(self._sampling.device, "kind", "cuda") or "cuda",
             census=census or self._config.census, trace=trace, tracing=tracing,
             collected=collected, device_snapshot=device_snapshot, budget=self._costs.allows,
-            own_growth=own_growth, own_churn=own_churn, own_in_use=own_in_use)
+            own_growth=own_growth, own_churn=own_churn, own_in_use=own_in_use,
+            closing=closing or {}, after=after, beside_training=self.beside_training,
+            seconds_per_step=pace)
+
+    def pace(self) -> float | None:
+        """The run's wall seconds per optimizer step over its last periods: since the check
+        :data:`PACE_CHECKS` checks ago (since the first unit began, before that), evaluations,
+        checks and everything else the run does between steps included (what a forecast in
+        wall time counts with; a start-up's one-off costs leave it). None before two steps."""
+        if self.pace_from is None:
+            return None
+        t0, s0 = self.marks[0] if len(self.marks) == PACE_CHECKS else self.pace_from
+        steps = self._sampling.step_count - s0
+        return (time.monotonic() - t0) / steps if steps > 1 else None
 
     def keep(self, new: list[Finding], before: bool = False) -> None:
         """Add findings to :attr:`findings` (``before``: restored ones, older than these),
@@ -342,18 +403,26 @@ class Checker:
         if ex is None or "rank exchange" in self._faults:
             return []
         try:
+            from memwatch.analysis.beliefs import current, state_of
             from memwatch.analysis.rules import ACROSS_RANKS, RankInput
             from memwatch.runtime.exchange import rank_payload
 
             self.rank_summaries = []
-            got = ex.exchange(rank_payload(self._view, new, summary))
+            # Which leaks this rank believes in now (a leak said at an earlier check and still
+            # growing counts at every exchange), and this check's other findings.
+            believed = [f for f in current([*self.findings, *new])
+                        if f.kind == "leak" and state_of(f) == "leak"]
+            got = ex.exchange(rank_payload(self._view, [
+                *believed, *(f for f in new if f.kind != "leak")], summary))
             if got is not None:  # rank 0
                 self.rank_summaries = got
                 last = self.rank_last_seen + [None] * (len(got) - len(self.rank_last_seen))
                 self.rank_last_seen = [g if g is not None else prev
                                        for g, prev in zip(got, last[:len(got)], strict=True)]
-                return ACROSS_RANKS.judge(RankInput(got, ex.missing,
-                                                    self._config.exchange_timeout_s, origin))
+                found = ACROSS_RANKS.judge(RankInput(got, ex.missing,
+                                                     self._config.exchange_timeout_s, origin))
+                beliefs = getattr(self.analyzer, "beliefs", None)
+                return beliefs.across_ranks(found, origin) if beliefs is not None else found
         except Exception as e:  # noqa: BLE001
             self._faults.disable("rank exchange", e)
         return []

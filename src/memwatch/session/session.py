@@ -55,7 +55,6 @@ from memwatch.session.cadence import check_steps
 from memwatch.session.checker import MAX_FINDINGS, Checker
 from memwatch.session.checkpoint import Checkpointer
 from memwatch.session.config import CHECK_CAP_STEPS, WatchConfig
-from memwatch.session.current import current_findings
 from memwatch.session.faults import Faults
 from memwatch.session.options import check_names
 from memwatch.session.part import Part
@@ -73,7 +72,10 @@ if TYPE_CHECKING:
     from memwatch.analysis.analyzer import Judge
     from memwatch.session.options import WatchOptions
 
-__all__ = ["MAX_FINDINGS", "MemWatch"]
+__all__ = ["BOUNDARY_MIN_STEPS", "MAX_FINDINGS", "MemWatch"]
+
+#: Steps since the last check a boundary's own check needs: ``check_every_n_steps``' minimum.
+BOUNDARY_MIN_STEPS = 16
 
 
 class MemWatch:
@@ -151,7 +153,7 @@ class MemWatch:
     probes: Part[list[Probe]] = Part("_sampling", "probes")
     #: Components turned off after an error: name -> cause.
     disabled: Part[dict[str, str]] = Part("_faults", "disabled")
-    #: Every finding so far (the latest 1,000).
+    #: Every finding so far (the latest 1,000); the current ones: :meth:`current_findings`.
     findings: Part[list[Finding]] = Part("_checker", "findings")
     #: Checks run so far (epoch ends and checks inside epochs).
     checks: Part[int] = Part("_checker", "checks")
@@ -366,6 +368,30 @@ class MemWatch:
         self._epoch += 1
         return self._check(summary, "epoch_end")
 
+    def boundary(self, after: str = "val", check: bool = True) -> list[Finding]:
+        """``after`` (an evaluation loop, "val") ran since the last step: the next check reads
+        memory after it, so what it kept shows as a stair (two equal stairs in a row, held, are
+        a leak: ``docs/findings.md``). ``check``: that check runs now when at least
+        :data:`BOUNDARY_MIN_STEPS` steps passed since the last. Never raises."""
+        if not self._running:
+            return []
+        self._checker.passed(after)
+        tl = self.timeline
+        got = self._checker.interval_summary() if check and tl is not None and \
+            tl.segment_samples >= BOUNDARY_MIN_STEPS else None
+        return [] if got is None else self._check(got[0], "interval", partial=got[1],
+                                                  exchange=False)
+
+    def judge_beside_training(self) -> None:
+        """An evaluation loop beside a training session of this process (the adapters call
+        it): memory kept across evaluations is that session's to judge."""
+        self._checker.judge_beside_training()
+
+    def current_findings(self) -> list[Finding]:
+        """The current verdicts: one finding per belief, its latest state (a leak that stopped
+        is its plateau; :attr:`findings` keeps the history). See ``docs/findings.md``."""
+        return self._checker.current()
+
     def _interval_check(self, aligned: bool, step: int, at: str = "interval") -> None:
         """A check inside the epoch (by steps, ``aligned``: ranks exchange summaries; or by
         time), or the last word at close (``at="final"``): the segment since the previous
@@ -401,11 +427,6 @@ class MemWatch:
     def _sink_sample(self, step: int) -> None:
         with self._costs.timed("sinks"):
             self._sinks.metrics(step, self.latest())
-
-    def current_findings(self) -> list[Finding]:
-        """The run's current verdicts: the latest finding of each metric, kind and holder
-        (:mod:`memwatch.session.current`); what every surface shows as the run's answer."""
-        return current_findings(self.findings)
 
     def add_sink(self, sink: Any) -> None:
         """Add a :class:`memwatch.sinks.Sink` (integrations call this once they found a logger)."""

@@ -21,8 +21,9 @@ What lands in the run (every key, and what each panel shows: ``docs/wandb.md``):
   loop's figures under ``memwatch/<stage>/``, rank 0's figures of every rank, a
   ``memwatch/leak/<metric>`` chart per leaking metric (check floors, fitted trend, forecast to
   the limit), ``run.summary`` fields (the verdict, the number of current verdicts, peaks, worst
-  forecast), one ``memwatch/findings_table`` in the summary (one row per current verdict,
-  written again only when a verdict changes) and, when the run is online, one ``run.alert`` per
+  forecast, the verdicts later checks withdrew), one ``memwatch/findings_table`` in the summary
+  (one row per belief: its current state and history, written again only when a verdict
+  changes) and, when the run is online, one ``run.alert`` per
   warning or critical finding;
 * every flight-recorder bundle (already redacted) as an artifact of type ``memwatch-oom`` (an
   OOM) or ``memory-snapshot`` (anything else, including the end-of-run report that the sink asks
@@ -56,6 +57,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from memwatch.analysis.beliefs import describe, history, state_of
 from memwatch.core.errors import ConfigError
 from memwatch.core.findings import Finding
 from memwatch.core.metrics import (
@@ -180,9 +182,11 @@ class WandbSink:
         #: (stage, metric) -> (end step, floor) of the checks the sink was given.
         self._floors: dict[tuple[str, str], collections.deque[tuple[int, float]]] = {}
         #: stage -> its session's current verdicts (the latest report's, or, for reports made
-        #: elsewhere, the latest finding of each kind and metric).
-        self._current: dict[str, dict[tuple[str, str], Finding]] = {}
+        #: elsewhere, the latest finding of each belief).
+        self._current: dict[str, dict[str, Finding]] = {}
         self._current_of: dict[str, tuple[Finding, ...]] = {}
+        #: belief -> the changes of its state (``state``, ``check``, ``step``...), oldest first.
+        self._changes: dict[str, list[dict[str, Any]]] = {}
         self._n_findings = 0
         self._alerted: set[tuple[str, str, str]] = set()
         self._table_rows: list[list[Any]] | None = None  # the rows of the table last written
@@ -269,12 +273,16 @@ class WandbSink:
         charts are logged under that loop's keys, on the framework's current row."""
         self._remember(report)
         self._n_findings += len(report.findings)
+        mine = self._current.setdefault(report.stage, {})
+        for f in report.findings:
+            key = _belief(f)
+            mine.pop(key, None)
+            mine[key] = f
+            changes = self._changes.setdefault(key, [])
+            changes += [c for c in history([f], key)
+                        if not changes or c["state"] != changes[-1]["state"]]
         if report.current:
             self._current_of[report.stage] = tuple(report.current)
-        else:  # a report made elsewhere: the latest finding of each kind and metric
-            mine = self._current.setdefault(report.stage, {})
-            for f in report.findings:
-                mine[(f.kind, f.metric)] = f
         run = self._get_run()
         if run is None:
             return
@@ -296,7 +304,8 @@ class WandbSink:
         self._alert(run, report.findings)
 
     def current(self) -> list[Finding]:
-        """The current verdicts of every loop this sink heard of."""
+        """The current verdicts of every loop this sink heard of: one per belief (the latest
+        report's, or, for reports made elsewhere, the latest finding of each belief)."""
         out: list[Finding] = []
         for stage in sorted({*self._current_of, *self._current}):
             got = self._current_of.get(stage)
@@ -304,10 +313,12 @@ class WandbSink:
         return out
 
     def _write_table(self, run: Any, wandb: Any, final: bool) -> None:
-        """The findings table, one row per current verdict, in the run's summary: written again
-        when a verdict changes (kind, severity or holder; at the close, any of its figures), not
-        at every check: each write is a new version of the table's artifact."""
-        rows = [finding_row(f, f.stage) for f in self.current()][-_MAX_TABLE_ROWS:]
+        """The findings table, one row per belief (its current state, with its history), in the
+        run's summary: written again when a verdict changes (kind, state, severity or holder; at
+        the close, any of its figures), not at every check: each write is a new version of the
+        table's artifact."""
+        rows = [finding_row(f, f.stage, self._history(_belief(f)))
+                for f in self.current()][-_MAX_TABLE_ROWS:]
         if not rows or not self.series and not self.charts:
             return
         last = self._table_rows
@@ -409,10 +420,22 @@ class WandbSink:
                                              collections.deque(maxlen=_MAX_CHECKS))
                 dq.append((end, floor))
 
+    def _history(self, key: str) -> str | None:
+        changes = self._changes.get(key) or []
+        return describe(changes) if len(changes) > 1 else None
+
     def _summary_fields(self) -> dict[str, Any]:
         current = self.current()
-        return summary_fields(self._head(), current, run_verdict(current), worst_first(current),
-                              self._n_findings, self._peaks)
+        out = summary_fields(self._head(), current, run_verdict(current), worst_first(current),
+                             self._n_findings, self._peaks)
+        # A leak verdict a later check withdrew (growth that stopped, a container that turned
+        # out bounded) no longer counts for the verdict: it is listed, with its history.
+        gone = [f"{f.metric}: {self._history(_belief(f))}" for f in current
+                if state_of(f) != "leak"
+                and any(c["state"] == "leak" for c in self._changes.get(_belief(f), []))]
+        if gone:
+            out[f"{self._head()}/verdicts_withdrawn"] = gone[-8:]
+        return out
 
     def _alert(self, run: Any, findings: Sequence[Finding]) -> None:
         if not self.alerts or (self.alerts is True and bool(getattr(run, "offline", True))):
@@ -430,11 +453,17 @@ class WandbSink:
             self.alerts_sent.append(title)
 
 
+def _belief(f: Finding) -> str:
+    """The belief ``f`` states (one per loop, kind and metric for a finding without one)."""
+    return f.belief or f"{f.stage}/{f.metric}/{f.kind}"
+
+
 def _beliefs(rows: list[list[Any]]) -> list[tuple[Any, ...]]:
-    """What a table row says, without its figures: stage, kind, metric, severity, holder."""
+    """What a table row says, without its figures: stage, kind, metric, severity, holder,
+    state."""
     i = {c: n for n, c in enumerate(FINDING_COLUMNS)}
     return [(r[i["stage"]], r[i["kind"]], r[i["metric"]], r[i["severity"]],
-             str(r[i["culprit"]] or "").split(" (")[0]) for r in rows]
+             str(r[i["culprit"]] or "").split(" (")[0], r[i["state"]]) for r in rows]
 
 
 def _raised(peaks: Mapping[str, float], latest: Any) -> dict[str, float]:

@@ -34,6 +34,7 @@ from memwatch.analysis.evidence import (
     CensusPair,
     CensusRecord,
     Holder,
+    HolderSize,
     WorkerGrowth,
 )
 from memwatch.analysis.stats.shapes import EpochStats
@@ -52,6 +53,8 @@ class RecordedEvidence:
         dataset: what :meth:`dataset_bytes` answers; ``loaders`` what
             :meth:`loaders_with_workers` answers; ``files`` what :meth:`mapped_files` answers;
             ``workers`` what :meth:`worker_growth` answers.
+        sizes: what :meth:`holder_size` answers, by holder path (set it between checks to
+            script a holder that grows, fills its bound or stops).
         censuses, attributions: how many of each the analyzer asked for.
     """
 
@@ -63,6 +66,7 @@ class RecordedEvidence:
     files: list[tuple[str, float]] | None = None
     workers: WorkerGrowth | None = None
     conf: str = ""
+    sizes: dict[str, HolderSize] = dataclasses.field(default_factory=dict)
     censuses: int = 0
     attributions: int = 0
     _last: CensusRecord | None = None
@@ -107,3 +111,6 @@ class RecordedEvidence:
 
     def alloc_conf(self) -> str:
         return self.conf
+
+    def holder_size(self, path: str) -> HolderSize | None:
+        return self.sizes.get(path)

@@ -14,7 +14,8 @@ A culprit is found in four stages, each a folder that imports only the ones befo
    device tensors joined to where they were allocated (:mod:`.growth.device_sites`).
 3. :mod:`.holders` — who keeps it alive: the holder walk (:mod:`.holders.holders`, one hop at a
    time in :mod:`.holders.referrers`, running frames in :mod:`.holders.frames`, names in
-   :mod:`.holders.names`), and the DataLoaders that keep workers (:mod:`.holders.loaders`).
+   :mod:`.holders.names`, the bounds a holder carries itself in :mod:`.holders.bounds`),
+   and the DataLoaders that keep workers (:mod:`.holders.loaders`).
 4. :mod:`.wording` — how a culprit reads in a finding (pure functions of an attribution).
 
 :func:`.attribution.attribute` runs stages 1-3 for one metric's growth, and

@@ -26,6 +26,7 @@ from memwatch.analysis.evidence import (
     CensusPair,
     CensusRecord,
     Holder,
+    HolderSize,
     WorkerGrowth,
 )
 from memwatch.analysis.stats.shapes import EpochStats
@@ -41,6 +42,8 @@ __all__ = ["LiveEvidence"]
 _SECONDS_PER_OBJECT = 1e-6
 
 log = logging.getLogger("memwatch")
+#: Holders named by attributions that a later check may measure again.
+_HOLDERS_KEPT = 16
 
 
 class LiveEvidence:
@@ -79,6 +82,9 @@ class LiveEvidence:
         self.last_census_cpu: float | None = None
         self.last_objects_walked = 0
         self._dataset: tuple[frozenset[int], float | None] | None = None
+        #: The holders attributions named, by path (the latest few): measured again at later
+        #: checks through the weak way back each one keeps.
+        self._holders: dict[str, Holder] = {}
 
     def object_count(self, at_most: int | None = None) -> int | None:
         """Objects the next census would walk, estimated. Listing a framework's heap (200,000
@@ -147,7 +153,22 @@ class LiveEvidence:
             out = attribute(metric, cur, pair, ctx, cfg, growth=growth)
             if trace is not None:
                 attribute_traced(out, cur, trace, cfg)
+        h = out.holder
+        if h is not None and h.measure is not None:
+            self._holders.pop(h.path, None)
+            self._holders[h.path] = h
+            for old in list(self._holders)[:-_HOLDERS_KEPT]:
+                del self._holders[old]
         return out
+
+    def holder_size(self, path: str) -> HolderSize | None:
+        h = self._holders.get(path)
+        if h is None or h.measure is None:
+            return None
+        try:
+            return h.measure()
+        except Exception:  # noqa: BLE001 - evidence only
+            return None
 
     def loaders_with_workers(self) -> tuple[int, Holder | None]:
         return loaders_with_workers()

@@ -48,6 +48,23 @@ def _grows(a: Attribution, delta: int | None) -> str:
     return f"keeps growing (+{delta} {since(a)})" if delta else "keeps growing"
 
 
+def _bounded(a: Attribution) -> str | None:
+    """The fix for a holder that carries its own bound (never "bound it": it is): what it
+    holds when full is what has to fit."""
+    h = a.holder
+    if h is None or h.bound is None:
+        return None
+    b = h.bound
+    full = (f"{_name(a)} is already bounded (`{b.describe()}`, {b.length:,} of {b.capacity:,} "
+            "items): it stops growing when full, but what it holds then does not fit. ")
+    if b.kind == "lru_cache":  # a functools cache: clearing it and its key are fixes too
+        return full + (f"Lower its `maxsize`, call `{_name(a).strip('`')}.cache_clear()` "
+                       f"{_clear(a)}, or key it on what really repeats (a model object or a "
+                       "step counter as an argument makes every call a new entry).")
+    return full + ("Lower its bound, or keep less per item (a Python number with `.item()`, "
+                   "`.cpu()`, a copy of the part you need).")
+
+
 def _clear(a: Attribution) -> str:
     """When to clear it: at epoch ends for a run that has them, else every few checks."""
     return "at the epoch end" if a.epochs else "regularly (say at every check)"
@@ -75,7 +92,9 @@ def container_culprit(a: Attribution) -> tuple[str, list[str], str]:
         detail += (f" They keep their autograd graphs: {c.graph_nodes} nodes added "
                    f"{since(a)}.")
         suggestions.append(_GRAPH_FIX)
-    if h is not None and h.container == "lru_cache":
+    if (fix := _bounded(a)) is not None:
+        suggestions.append(fix)
+    elif h is not None and h.container == "lru_cache":
         suggestions.append(_cache_fix(name, a))
     elif c.kind == "dict":
         suggestions.append(
@@ -204,6 +223,8 @@ def culprit_of(metric: str, a: Attribution) -> tuple[str | None, list[str], str]
                 "that `register_forward_hook` returns and call `handle.remove()` when done; "
                 "store `output.detach()` or a summary, not the output."
             ))
+        elif (fix := _bounded(a)) is not None:
+            suggestions.insert(0, fix)
         elif h.via_traceback:
             suggestions.insert(0, (
                 "A stored exception keeps its traceback, and every frame's locals (tensors "
@@ -283,6 +304,9 @@ def _site_culprit(a: Attribution) -> tuple[str, list[str], str]:
                        "trace per live block)")
     detail += "."
     suggestions = site_suggestions(site, int(summ.get("frames") or 0))
+    if (fix := _bounded(a)) is not None:  # never ask for the bound it has
+        suggestions = [fix, *(t for t in suggestions if "maxlen" not in t
+                              and "lru_cache" not in t)]
     g = a.group
     if g is not None:
         detail += f" Live tensors grew too: +{g.count_delta} × {g.group.describe()}."

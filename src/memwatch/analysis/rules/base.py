@@ -21,7 +21,7 @@ Example (a rule is a value; :data:`memwatch.analysis.rules.RULES` lists the ones
     >>> sorted(RULES[0].kinds)[:3]
     ['accumulation', 'allocator_retention', 'leak']
     >>> [p.name for p in RULES[0].parts]
-    ['mapped_file', 'native']
+    ['mapped_file', 'native', 'bounded', 'belief']
 """
 
 from __future__ import annotations
@@ -148,11 +148,12 @@ class Rule(Generic[In]):
 
 
 def dedupe(found: Iterable[tuple[Rule[Any], Finding]],
-           said: set[tuple[str, str]]) -> list[Finding]:
+           said: set[tuple[str, ...]]) -> list[Finding]:
     """The one policy for findings said twice.
 
-    * Across checks: a finding of a kind its rule says once is dropped when (metric, kind) was
-      said before (``said`` is updated).
+    * Across checks: a finding of a kind its rule says once is dropped when (metric, kind,
+      holder) was said before (``said`` is updated): a holder filling its own bound is other
+      news than a warm-up that levelled off.
     * Within one check: of findings with the same kind and culprit, only the one with the
       largest rate is kept (the same growth seen through two metrics: tensors kept from a
       DataLoader's workers grow both shared and anonymous memory, and the census names one
@@ -162,7 +163,7 @@ def dedupe(found: Iterable[tuple[Rule[Any], Finding]],
     best: dict[tuple[str, str], int] = {}
     for rule, f in found:
         if f.kind in rule.once:
-            key = (f.metric, f.kind)
+            key = (f.metric, f.kind, str(f.evidence.get("holder") or ""))
             if key in said:
                 continue
             said.add(key)

@@ -104,7 +104,7 @@ def cross_rank_findings(summaries: Sequence[dict[str, Any] | None], missing: Seq
             steps_to_oom=worst[1]["steps_to_oom"], culprit=f"rank {worst[0]}{on(worst[0])}: "
             + (worst[1]["culprit"] or "see that rank's findings"),
             evidence={"ranks": ranks, "only_some_ranks": only_some, "bytes_per_step": rates,
-                      "nodes": {r: where[r] for r in ranks}},
+                      "world_size": world, "nodes": {r: where[r] for r in ranks}},
             rank=worst[0]))
     # Ranks close to their limit: the job's first OOM will be on one of them.
     near_by_metric: dict[str, dict[int, str]] = {}

@@ -12,7 +12,8 @@ from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.core.findings import Finding, Origin, Severity
 from memwatch.core.units import fmt_bytes, fmt_duration
 
-__all__ = ["accumulation", "benign", "ci", "forecast_words", "plateau", "span", "where"]
+__all__ = ["accumulation", "benign", "ci", "forecast_words", "limit_words", "plateau", "span",
+           "where"]
 
 
 def where(metric: str) -> str:
@@ -43,6 +44,24 @@ def span(stats: list[EpochStats]) -> str:
     return f"over {len(stats)} epochs"
 
 
+def limit_words(limit: float, limit_name: str | None) -> str:
+    """How a message names the limit a metric runs into: its size and what it is, or, for a
+    process limit (``ulimit -v``/``-d``), the limit as it was set and where this metric meets
+    it (the process maps more than its resident memory: its RSS reaches the address-space limit
+    well below the value set).
+
+    Example::
+
+        >>> limit_words(2**31, "physical memory")
+        'the 2.0 GiB limit of physical memory'
+        >>> limit_words(2**31, "the address-space limit (RLIMIT_AS 2.86 GiB)")
+        'the address-space limit (RLIMIT_AS 2.86 GiB: this memory meets it at about 2.0 GiB)'
+    """
+    if limit_name and "RLIMIT_" in limit_name and limit_name.endswith(")"):
+        return f"{limit_name[:-1]}: this memory meets it at about {fmt_bytes(limit)})"
+    return f"the {fmt_bytes(limit)} limit" + (f" of {limit_name}" if limit_name else "")
+
+
 def forecast_words(limit: float | None, steps_to_oom: float | None,
                    seconds_to_oom: float | None, severity: Severity, remaining: float,
                    run_known: bool, limit_name: str | None = None) -> str:
@@ -52,7 +71,7 @@ def forecast_words(limit: float | None, steps_to_oom: float | None,
         return " No memory limit is known to forecast against."
     if steps_to_oom is None:
         return ""
-    what = f"the {fmt_bytes(limit)} limit" + (f" of {limit_name}" if limit_name else "")
+    what = limit_words(limit, limit_name)
     if severity != "info":
         return (f" At this rate {what} is reached in about "
                 f"{steps_to_oom:,.0f} steps ({fmt_duration(seconds_to_oom)}).")

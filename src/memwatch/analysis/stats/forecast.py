@@ -40,9 +40,10 @@ def steps_to_limit(limit: float | None, peak: float, slope: float) -> float | No
 def forecast(metric: str, summary: EpochSummary, cur: EpochStats, slope: float,
              limit: float | None,
              history: Mapping[str, list[EpochStats]]) -> tuple[float, float | None]:
-    """(peak used, steps to OOM): the earliest crossing among the metrics that must fit."""
-    peak_now = cur.peak
-    best = steps_to_limit(limit, cur.peak, slope)
+    """(peak used, steps to OOM): the earliest crossing among the metrics that must fit. The
+    unit's peak, or its closing reading when that is higher (a boundary's stair on top)."""
+    peak_now = cur.peak if cur.closing is None else max(cur.peak, cur.closing)
+    best = steps_to_limit(limit, peak_now, slope)
     if best is None:
         return peak_now, None
     if metric == "device.allocated":

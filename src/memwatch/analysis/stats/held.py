@@ -10,20 +10,71 @@ shows a significant trend (RSS rises in stairs while the C allocator fills its f
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from memwatch.analysis.stats.shapes import EpochStats
 
-__all__ = ["floor_rose", "verdict", "worth_reporting"]
+__all__ = ["floor_rose", "held_stairs", "stair_tolerance", "verdict", "worth_reporting"]
 
 
-def verdict(hist: list[EpochStats], carry_fraction: float, deceleration: float) -> str:
+def stair_tolerance(a: EpochStats, b: EpochStats, k: float) -> float:
+    """How far the stairs closing units ``a`` and ``b`` may differ and still be the same stair.
+
+    A stair is a reading less a floor, so the difference of two stairs is made of four
+    readings: its noise is twice a floor's (``sqrt(2 a.noise² + 2 b.noise²)``, the units'
+    measured noise), and two stairs are equal when they differ by less than ``k`` times that
+    (``noise_k``: the same "k times the noise" any growth must pass) or than the larger
+    threshold (what the analyzer cannot tell from no change at all: its magnitude floors and
+    ``k`` times the noise of one unit)."""
+    spread = math.sqrt(2 * a.noise ** 2 + 2 * b.noise ** 2)
+    return max(a.resolution, b.resolution, k * spread)
+
+
+def held_stairs(hist: list[EpochStats], noise_k: float) -> float | None:
+    """The height of two equal stairs in a row, the first of them held, when the last two units
+    show them; else None. ``noise_k`` is how many times the noise any growth must pass
+    (:class:`memwatch.analysis.stats.shapes.ShapeConfig`'s field of that name).
+
+    Growth that comes at boundaries (an evaluation keeping its outputs, an epoch-end hook
+    keeping a copy) shows at the check that closes a unit: the closing reading stands above the
+    unit's end floor (:attr:`EpochStats.stair`). The previous unit's stair still held through
+    the whole of this unit (its floor stands that much above the previous unit's end), and this
+    unit's stair of the same height: memory taken at two boundaries and kept, which is as
+    strong as a trend inside a unit. Memory an evaluation keeps only until the next one
+    replaces it makes no second stair; memory a check's moment holds and frees after is not
+    held through the next unit."""
+    if len(hist) < 2:
+        return None
+    prev, cur = hist[-2], hist[-1]
+    s1, s2 = prev.stair, cur.stair
+    if s1 is None or s2 is None:
+        return None
+    # A stair is read inside one unit (its closing reading, its end floor): what memwatch's
+    # own work at the previous check may have moved is no part of it. Whether the first stair
+    # is held compares floors across that work: its margin applies there.
+    thr = max(prev.resolution, cur.resolution)
+    if s1 <= thr or s2 <= thr:
+        return None
+    tol = stair_tolerance(prev, cur, noise_k)
+    held = cur.floor - prev.lo_end
+    if held < s1 - tol - (cur.threshold - cur.resolution) or abs(s2 - s1) > tol:
+        return None
+    return (s1 + s2) / 2
+
+
+def verdict(hist: list[EpochStats], carry_fraction: float, deceleration: float,
+            noise_k: float) -> str:
     """'leak', 'accumulation', 'decelerating', 'pending' or 'none' for the latest unit:
     ``carry_fraction`` is the share of the previous unit's rise that must still be held,
-    ``deceleration`` the share of its slope under which growth is saturating
-    (:class:`memwatch.AnalyzerConfig`'s fields of those names)."""
+    ``deceleration`` the share of its slope under which growth is saturating, ``noise_k`` how many
+    times the noise two equal stairs must pass (:func:`held_stairs`; the fields of those names
+    of :class:`memwatch.AnalyzerConfig` and its ``shape``)."""
     cur = hist[-1]
     prev = hist[-2] if len(hist) >= 2 else None
+    if held_stairs(hist, noise_k) is not None:
+        return "leak"
     if prev is not None:
         prev_gain = max(prev.rise, prev.growth if prev.shape == "growing" else 0.0)
         held = cur.floor - prev.floor

@@ -65,6 +65,30 @@ class EpochStats:
     unit: str = ""
     #: memwatch's own churn (``CheckContext.own_churn``) when this unit was judged.
     own_churn: float = 0.0
+    #: :attr:`threshold` before the margin for memwatch's own work at the previous check was
+    #: added (what measuring that work may have got wrong); None: no margin was added.
+    own_free_threshold: float | None = None
+    #: The metric read at the check that closed the unit, after its last step and whatever ran
+    #: after it (an evaluation, epoch-end hooks), less the same offset as the unit's levels;
+    #: None when not read.
+    closing: float | None = None
+    #: What ran between the unit's last step and its check ("val", "test"...: an evaluation
+    #: loop), when the session was told; None: nothing it knows of.
+    after: str | None = None
+
+    @property
+    def resolution(self) -> float:
+        """The smallest change the unit's own series resolves: its magnitude floors and k
+        times its noise, without the margin for memwatch's own work at the previous check
+        (which moves the floors between units, not a reading inside one)."""
+        return self.threshold if self.own_free_threshold is None else self.own_free_threshold
+
+    @property
+    def stair(self) -> float | None:
+        """Memory taken after the unit's last step and still there at its check (the closing
+        reading above the unit's end floor): what a boundary (an evaluation, an epoch end)
+        added. None when the closing reading is unknown."""
+        return None if self.closing is None else self.closing - self.lo_end
 
     @property
     def slope(self) -> float:

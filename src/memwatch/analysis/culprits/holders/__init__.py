@@ -1,2 +1,3 @@
 """Stage 3 of finding a culprit: who keeps the growth alive (the holder walk up the referrers, the
-frames and names it reads, the DataLoaders that keep workers)."""
+frames and names it reads, the bounds a holder carries itself, the DataLoaders that keep
+workers)."""

@@ -21,6 +21,7 @@ from typing import Any
 
 from memwatch.analysis.culprits.census.containers import CONTAINER_TYPES
 from memwatch.analysis.culprits.growth.weigh import element_name
+from memwatch.analysis.culprits.holders.bounds import bound_of, measurer
 from memwatch.analysis.culprits.holders.frames import live_frame_local
 from memwatch.analysis.culprits.holders.names import elements_of, is_index, short_name
 from memwatch.analysis.culprits.holders.referrers import HOOK_DICTS, ReferrerGraph, is_root_module
@@ -119,6 +120,13 @@ class _Walker:
         #: The walk passed through a torch optimizer's per-parameter ``state`` and through no
         #: growing container above that optimizer.
         self.optimizer_state = False
+        #: The container the holder's name describes, an ``lru_cache`` the walk passed, and
+        #: the object whose attribute holds that container (its bound is read from them, and
+        #: a later check measures them again through weak references: see :mod:`.bounds`).
+        self.named: Any = None
+        self.cache: Any = None
+        self.way_owner: Any = None
+        self.way_attr: str | None = None
         self.graph.ignore.add(id(self.__dict__))
 
     def _owned(self, obj: Any) -> bool:
@@ -146,12 +154,14 @@ class _Walker:
         if type(target) in CONTAINER_TYPES:
             container, container_len = CONTAINER_TYPES[type(target)], len(target)
             self.elements = elements_of(target)
+            self.named = target
             self.name_at = 0
             if id(target) in self.owners:
                 self.owner_delta = self.owners[id(target)]
                 stripping = False
         elif is_lru_cache(target):
             container, container_len = self._cache(target)
+            self.cache = target
             stripping = False
         for _ in range(max_depth):
             if time.thread_time() > self.graph.deadline:
@@ -176,6 +186,7 @@ class _Walker:
                 break
             kind, label, parent = step.kind, step.label, step.parent
             del step
+            self._note_way(cur, kind, label, parent)
             if kind == "base":
                 # A numpy array over what was reached (``tensor.numpy()``, a view): the same
                 # memory; the walk goes on from the array, nothing is named for it.
@@ -210,6 +221,7 @@ class _Walker:
                 container_len = len(owner)
                 self.elements = elements_of(owner)
                 self.owner_delta = self.owners[id(owner)]
+                self.named = owner
                 stripping = False
                 del owner
                 if kind == "attr_dict":  # ``.cache[key]``: the attribute names the owner
@@ -225,6 +237,7 @@ class _Walker:
                     if kind == "attr_dict" else parent
                 container_len = len(box) if hasattr(box, "__len__") else None
                 self.elements = element_name(cur)
+                self.named = box
                 self.name_at = 0
                 if kind == "attr_dict":  # ``.cache[key]``: keep the attribute's name
                     segments.append(label.split("[", 1)[0])
@@ -238,12 +251,15 @@ class _Walker:
                 container = "dict"
                 held: Any = getattr(parent, label[1:].split("[", 1)[0], None)
                 container_len = len(held) if hasattr(held, "__len__") else None
+                self.named = held
                 self.name_at = len(segments)
+                del held
             elif container is None and kind in ("list", "dict", "deque", "set", "tuple"):
                 container = kind
+                self.named = cur if kind != "dict" else parent
                 self.name_at = len(segments) + 1
                 try:
-                    container_len = len(cur if kind != "dict" else parent)
+                    container_len = len(self.named)
                 except TypeError:
                     container_len = None
             if kind == "global":
@@ -312,10 +328,35 @@ class _Walker:
             root = "traceback"
         name = self.cache_name if container == "lru_cache" else \
             short_name(self.kinds, segments, self.name_at or 0)
-        return Holder(path, root, container, container_len, via_tb, via_hook, hook_count,
-                      self.elements if container is not None else None,
-                      owner_delta=self.owner_delta, optimizer_state=self.optimizer_state,
-                      name=name)
+        # The bound is the cache's when the walk went through an lru_cache, else the named
+        # container's own (a deque's maxlen).
+        box = self.cache if self.cache is not None else self.named
+        try:
+            return Holder(path, root, container, container_len, via_tb, via_hook, hook_count,
+                          self.elements if container is not None else None,
+                          owner_delta=self.owner_delta, optimizer_state=self.optimizer_state,
+                          name=name, bound=bound_of(box) if box is not None else None,
+                          measure=measurer(box, self.way_owner, self.way_attr)
+                          if box is not None else None)
+        finally:
+            self.named = self.cache = self.way_owner = box = None
+
+    def _note_way(self, cur: Any, kind: str, label: str, parent: Any) -> None:
+        """Remember an lru_cache the walk goes through, and who holds the named container by
+        which name (a ``list`` or ``dict`` takes no weak reference: its owner's attribute is
+        the way back to it)."""
+        if kind == "cache" and self.cache is None:
+            self.cache = parent
+        if cur is not self.named or self.way_attr is not None:
+            return
+        if kind == "attr":
+            self.way_owner, self.way_attr = parent, label[1:]
+        elif kind == "attr_dict":
+            self.way_owner, self.way_attr = parent, label[1:].split("[", 1)[0]
+        elif kind == "global":
+            mod = self.graph.module_dicts.get(id(parent))
+            if mod is not None:
+                self.way_owner, self.way_attr = mod, label.rsplit(".", 1)[-1]
 
 
 def _is_optimizer(obj: Any) -> bool:

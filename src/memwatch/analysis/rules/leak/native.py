@@ -37,7 +37,7 @@ from memwatch.core.findings import Finding, Origin, Severity
 from memwatch.core.units import fmt_bytes
 
 __all__ = ["IN_USE", "PART", "HeapGrowth", "heap_growth", "in_use_held", "in_use_leak",
-           "native_or_retention"]
+           "in_use_stairs", "native_or_retention"]
 
 #: This part of the leak rule, as its findings name it.
 PART = SubRule(name="native", kinds=frozenset({"leak", "allocator_retention"}))
@@ -114,6 +114,31 @@ def in_use_held(history: Mapping[str, list[EpochStats]], hist: list[EpochStats],
     in_use_rise = heap[-1].floor - heap[0].floor
     rss_rise = hist[-1].floor - hist[-len(heap)].floor
     return rss_rise >= NATIVE_SHARE * in_use_rise and rss_rise > hist[-1].threshold
+
+
+def in_use_stairs(history: Mapping[str, list[EpochStats]], hist: list[EpochStats],
+                  cfg: AnalyzerConfig) -> float | None:
+    """Two equal stairs held (:func:`~memwatch.analysis.stats.held.held_stairs`) on the C
+    allocator's in-use bytes over ``hist``'s last two units, and RSS rose with them (by at least
+    :data:`NATIVE_SHARE` of the two stairs, and by more than its own threshold); the stair, or
+    None.
+
+    RSS shows a boundary's memory late when the allocator hands out chunks it kept free (a 4 MiB
+    tensor kept by a validation reused freed heap, and RSS grew over the next epoch instead);
+    in-use bytes count what was handed out at once, exactly, so the stairs show there at the
+    boundary that made them."""
+    by_unit = _by_unit(history, IN_USE)
+    units = [by_unit.get(h.unit) for h in hist[-2:]]
+    if len(units) < 2 or any(u is None for u in units):
+        return None
+    heap = [u for u in units if u is not None]
+    stair = cfg.stairs(heap)
+    if stair is None:
+        return None
+    top = max(hist[-1].peak, hist[-1].closing or hist[-1].peak)
+    rss_rise = top - hist[-2].lo_end
+    return stair if rss_rise >= NATIVE_SHARE * 2 * stair and rss_rise > hist[-1].threshold \
+        else None
 
 
 def native_or_retention(*, origin: Origin, metric: str, units: list[EpochStats], slope: float,

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from memwatch.analysis.context import AnalyzerConfig
 from memwatch.analysis.culprits.wording import culprit_of
 from memwatch.analysis.evidence import Attribution
-from memwatch.analysis.rules.base import Rule, RuleInput
-from memwatch.analysis.rules.leak import mapped_file, native
+from memwatch.analysis.rules.base import Rule, RuleInput, SubRule
+from memwatch.analysis.rules.leak import bounded, mapped_file, native
 from memwatch.analysis.rules.words import (
     accumulation,
     benign,
@@ -36,7 +36,7 @@ from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.core.findings import Finding, Origin, Severity
 from memwatch.core.units import fmt_bytes
 
-__all__ = ["NAME", "RULE", "judge"]
+__all__ = ["BELIEF", "NAME", "RULE", "judge"]
 
 log = logging.getLogger("memwatch")
 
@@ -45,19 +45,46 @@ NAME = "leak"
 #: The metrics this rule judges for leaks (``workers.uss`` only without a worker count).
 METRICS = ("device.allocated", "host.rss", "workers.uss")
 
+#: The session's belief book (:mod:`memwatch.analysis.beliefs`) revises this rule's verdicts at
+#: every later check: growth that stopped is said as a plateau by it, under this name.
+BELIEF = SubRule(name="belief", kinds=frozenset({"plateau"}))
+
 
 def judge(inp: RuleInput) -> list[Finding]:
-    """The verdicts on host and device memory at this check."""
-    if inp.ctx.defer_leaks:
-        return []
+    """The verdicts on host and device memory at this check.
+
+    In the first epoch of a run planned to have more (``defer_leaks``) only held stairs are
+    judged: memory kept across two boundaries is no epoch-scoped accumulation. Beside a
+    training session (``beside_training``) only accumulation inside the evaluations is: what
+    stays across them is the training session's to judge."""
+    ctx = inp.ctx
     out: list[Finding] = []
     for metric in METRICS:
         if metric not in inp.stats:
             continue
         if metric.startswith("workers.") and "workers.count" in inp.summary.keys:
             continue  # per-worker growth and copy-on-write: the workers rule
+        hist = inp.history[metric]
+        if ctx.beside_training:
+            if inp.cfg.held(hist) == "accumulation":
+                out.append(accumulation(ctx.origin, NAME, metric, hist[-1],
+                                        hist[-2] if len(hist) >= 2 else None))
+            continue
+        if ctx.defer_leaks and stairs(inp.history, hist, inp) is None:
+            continue
         out.extend(judge_metric(inp, metric, inp.history))
     return out
+
+
+def stairs(history: Mapping[str, list[EpochStats]], hist: list[EpochStats],
+           inp: RuleInput) -> float | None:
+    """Two equal stairs held at the last two boundaries (their height), on the metric's own
+    series or, for RSS, on the C allocator's in-use bytes (where a boundary's memory shows at
+    once, RSS only when the allocator runs out of chunks it kept free); None otherwise."""
+    got = inp.cfg.stairs(hist)
+    if got is None and hist and hist[-1].metric == "host.rss":
+        got = native.in_use_stairs(history, hist, inp.cfg)
+    return got
 
 
 def judge_metric(inp: RuleInput, metric: str,
@@ -68,6 +95,9 @@ def judge_metric(inp: RuleInput, metric: str,
     cur = hist[-1]
     prev = hist[-2] if len(hist) >= 2 else None
     v = cfg.held(hist)
+    stair = stairs(history, hist, inp)
+    if v != "leak" and stair is not None:
+        v = "leak"  # held stairs on the allocator's in-use bytes (RSS shows them late)
     if v != "leak" and metric == "host.rss" and native.in_use_held(history, hist, cfg):
         v = "leak"  # RSS stalled or its noise was memwatch's own: in-use bytes confirm it
     if v == "leak" and metric == "host.rss":
@@ -82,7 +112,7 @@ def judge_metric(inp: RuleInput, metric: str,
                 # unit) while the census already names live objects that explain the rest:
                 # library code pages faulted in by the first steps are file-backed too, and
                 # must not delay a leak the census has evidence for.
-                f = _leak_finding(inp, metric, hist, history)
+                f = _leak_finding(inp, metric, hist, history, stair)
                 if f is not None and f.kind == "leak" and f.culprit and f.rule == NAME:
                     out = [f]  # live objects named: not memory outside them
             return [found, *out]
@@ -101,7 +131,7 @@ def judge_metric(inp: RuleInput, metric: str,
             return []
         return [_unnamed(inp, metric, hist, history, heap)]
     if v == "leak":
-        f = _leak_finding(inp, metric, hist, history)
+        f = _leak_finding(inp, metric, hist, history, stair)
         return [f] if f is not None else []
     if v == "accumulation":
         return [accumulation(ctx.origin, NAME, metric, cur, prev)]
@@ -153,10 +183,17 @@ def _held_stair(hist: list[EpochStats]) -> float | None:
     return stair if c.floor - b.floor < 0.25 * stair else None
 
 
-def _rate(hist: list[EpochStats]) -> tuple[float, float, float]:
-    """The leak's rate (bytes a step) and its interval: the trend's within a growing unit, else
-    from the floors across units."""
+def _rate(hist: list[EpochStats], stair: float | None = None) -> tuple[float, float, float]:
+    """The leak's rate (bytes a step) and its interval: the trend's within a growing unit, the
+    stairs' over the steps between two boundaries, else from the floors across units."""
     cur = hist[-1]
+    if stair is not None and cur.shape != "growing":
+        # What a whole period adds, closing to closing: the stair, and what shows of it only
+        # in the steps after (RSS rises late where the allocator reused chunks it kept free);
+        # never less than the stair itself. Its interval: the two stairs' spread.
+        per = _period(hist, stair)
+        steps = max(cur.n_steps, 1)
+        return per / steps, 0.5 * per / steps, 1.5 * per / steps
     if cur.shape != "growing" and len(hist) >= 2:
         # A floor is where its unit starts (a leak's lowest point): the floors of units -3 and
         # -1 are the steps of units -3 and -2 apart, not of all three.
@@ -174,7 +211,7 @@ def _unnamed(inp: RuleInput, metric: str, hist: list[EpochStats],
     slope = _rate(hist)[0]
     limit = ctx.limit(metric)
     _, steps_to_oom = forecast(metric, inp.summary, cur, slope, limit, history)
-    seconds = None if steps_to_oom is None else steps_to_oom * cur.seconds_per_step
+    seconds = None if steps_to_oom is None else steps_to_oom * _pace(cur, inp)
     severity = inp.severity(steps_to_oom, cur)
     return native.in_use_leak(
         origin=ctx.origin, metric=metric, units=hist[-3:], slope=slope, heap=heap,
@@ -184,13 +221,14 @@ def _unnamed(inp: RuleInput, metric: str, hist: list[EpochStats],
 
 
 def _leak_finding(inp: RuleInput, metric: str, hist: list[EpochStats],
-                  history: Mapping[str, list[EpochStats]]) -> Finding | None:
+                  history: Mapping[str, list[EpochStats]],
+                  stair: float | None = None) -> Finding | None:
     ctx, cfg, pair = inp.ctx, inp.cfg, inp.pair
     cur = hist[-1]
-    slope, low, high = _rate(hist)
+    slope, low, high = _rate(hist, stair)
     limit = ctx.limit(metric)
     peak_now, steps_to_oom = forecast(metric, inp.summary, cur, slope, limit, history)
-    seconds_to_oom = None if steps_to_oom is None else steps_to_oom * cur.seconds_per_step
+    seconds_to_oom = None if steps_to_oom is None else steps_to_oom * _pace(cur, inp)
     severity = inp.severity(steps_to_oom, cur)
     # What live objects must explain: the growth over the stretch between the two censuses,
     # at the judged rate (floors), never two point reads of RSS (a busy machine moves those).
@@ -229,29 +267,62 @@ def _leak_finding(inp: RuleInput, metric: str, hist: list[EpochStats],
             remaining=ctx.remaining(cur), run_known=bool(ctx.total_steps))
     if _optimizer_state(attribution):
         return held_optimizer_state(ctx.origin, metric, hist, attribution)
+    filling = bounded.to_bound(origin=ctx.origin, metric=metric, a=attribution,
+                               growth=max(slope, 0.0) * max(census_steps, 1), slope=slope,
+                               peak_now=peak_now, limit=limit,
+                               limit_name=ctx.limit_name(metric))
+    if filling is not None:  # the holder carries its own bound, and it fits: a plateau to come
+        return filling
     return _message(origin=ctx.origin, metric=metric, stats=hist, slope=slope,
                     slope_ci=(low, high), limit=limit, peak_now=peak_now,
                     steps_to_oom=steps_to_oom, seconds_to_oom=seconds_to_oom,
                     severity=severity, attribution=attribution,
                     remaining=ctx.remaining(cur), run_known=bool(ctx.total_steps),
-                    limit_name=ctx.limit_name(metric))
+                    limit_name=ctx.limit_name(metric), stair=stair)
+
+
+def _period(hist: list[EpochStats], stair: float) -> float:
+    """Bytes one period between two boundaries adds: the last unit's closing reading over the
+    previous one's (its stair and whatever followed in its steps), at least ``stair``."""
+    a, b = hist[-2].closing, hist[-1].closing
+    return max(stair, b - a) if a is not None and b is not None else stair
+
+
+def _pace(cur: EpochStats, inp: RuleInput) -> float:
+    """Wall seconds per optimizer step a forecast in time counts with: the run's pace
+    (evaluations and checks included) when the session measured it, else the unit's."""
+    return inp.ctx.seconds_per_step or cur.seconds_per_step
 
 
 # --------------------------------------------------------------------------- wording
+
+def _at(cur: EpochStats) -> str:
+    """Where a unit's stair came: "every evaluation", "every epoch end", "every check"."""
+    if cur.after in ("val", "test", "predict"):
+        return "every evaluation"
+    return "every check" if cur.unit.startswith("s") else "every epoch end"
 
 def _message(*, origin: Origin, metric: str, stats: list[EpochStats], slope: float,
          slope_ci: tuple[float, float], limit: float | None, peak_now: float,
          steps_to_oom: float | None, seconds_to_oom: float | None, severity: Severity,
          attribution: Attribution, remaining: float, run_known: bool,
-         limit_name: str | None = None) -> Finding:
+         limit_name: str | None = None, stair: float | None = None) -> Finding:
     cur = stats[-1]
     n_ep = sum(1 for s in stats if s.shape == "growing") or 1
     culprit, suggestions, detail = culprit_of(metric, attribution)
-    msg = (
-        f"{where(metric)} grows by {fmt_bytes(slope)} per step ({ci(slope_ci)}) and is not "
-        f"released: its floor rose by {fmt_bytes(cur.floor - stats[0].floor)} "
-        f"(to {fmt_bytes(cur.floor)}) {span(stats)}."
-    )
+    if stair is not None and cur.shape != "growing":
+        per = _period(stats, stair)
+        more = (f" (with what shows in the steps after it, {fmt_bytes(per)})"
+                if per > 1.1 * stair else "")
+        msg = (f"{where(metric)} rises by {fmt_bytes(stair)} at {_at(cur)} and keeps it: two "
+               f"equal stairs in a row, the first still held. Every {cur.n_steps:,} steps it "
+               f"adds {fmt_bytes(stair)}{more}, {fmt_bytes(slope)} per step.")
+    else:
+        msg = (
+            f"{where(metric)} grows by {fmt_bytes(slope)} per step ({ci(slope_ci)}) and is not "
+            f"released: its floor rose by {fmt_bytes(cur.floor - stats[0].floor)} "
+            f"(to {fmt_bytes(cur.floor)}) {span(stats)}."
+        )
     msg += forecast_words(limit, steps_to_oom, seconds_to_oom, severity, remaining, run_known,
                           limit_name)
     if detail:
@@ -272,6 +343,9 @@ def _message(*, origin: Origin, metric: str, stats: list[EpochStats], slope: flo
         **attribution.evidence(),
         "remaining_steps": remaining,
     }
+    if stair is not None:
+        evidence.update(pattern="stairs", stair_bytes=stair, stair_at=_at(cur),
+                        period_bytes=_period(stats, stair), steps_between_stairs=cur.n_steps)
     return origin.finding(rule=NAME, kind="leak", metric=metric, severity=severity, message=msg,
                           bytes_per_step=slope, steps_to_oom=steps_to_oom,
                           seconds_to_oom=seconds_to_oom, culprit=culprit,
@@ -333,5 +407,5 @@ RULE: Rule[RuleInput] = Rule(
     once=frozenset({"accumulation", "plateau", "mapped_file"}),
     judge=judge,
     reads=METRICS,
-    parts=(mapped_file.PART, native.PART),
+    parts=(mapped_file.PART, native.PART, bounded.PART, BELIEF),
 )
