@@ -5,6 +5,7 @@ by its function, and the growing container's own name in the fix."""
 from __future__ import annotations
 
 import functools
+import os
 import types
 from typing import Any
 
@@ -217,3 +218,18 @@ def test_a_shape_alone_says_why_no_holder_was_named() -> None:
     for s in suggestions:
         assert "memwatch inspect" not in s or "mw.dump(" in s, s
     _NODES.clear()
+
+
+def test_every_module_of_memwatch_is_its_own_file() -> None:
+    """OWN_DIR is the whole package, not the folder the ownership module sits in (it moved two
+    levels down in a reshape, and the timeline's and the session's files became 'user code' that
+    tracemalloc named as a leak's allocation site)."""
+    import memwatch
+    import memwatch.session.session
+    import memwatch.timeline.store
+    from memwatch.analysis.culprits.census import ownership
+
+    assert ownership.OWN_DIR == os.path.dirname(os.path.abspath(memwatch.__file__)) + os.sep
+    for mod in (memwatch.timeline.store, memwatch.session.session, memwatch):
+        assert ownership.is_own_file(os.path.abspath(mod.__file__ or "")), mod
+        assert not ownership.is_user_file(os.path.abspath(mod.__file__ or "")), mod

@@ -37,8 +37,19 @@ __all__ = ["OWN_DIR", "excluded", "is_framework_object", "is_own_file", "is_own_
            "is_own_object", "is_own_type", "is_user_file", "is_user_module", "is_user_type",
            "library_prefixes", "module_file"]
 
+
+
+def _package_dir() -> str:
+    """The top package's directory, found by going up as many levels as this module's name has
+    dots (so it stays right when this module moves inside the package)."""
+    path = os.path.abspath(__file__)
+    for _ in range(__name__.count(".")):
+        path = os.path.dirname(path)
+    return path + os.sep
+
+
 #: The directory of the memwatch package (``…/memwatch/``), with a trailing separator.
-OWN_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+OWN_DIR = _package_dir()
 
 _TRACEMALLOC_FILE = os.path.abspath(tracemalloc.__file__ or "tracemalloc.py")
 _IMPORTLIB_DIR = os.path.dirname(os.path.abspath(importlib.__file__ or "importlib")) + os.sep
