@@ -291,7 +291,7 @@ class MemWatch:
         if self._checker.analyzer is not None:
             s.checks(cfg.check_every_n_steps, cfg.check_every_s,
                      functools.partial(self._interval_check, True),
-                     functools.partial(self._interval_check, False), n, time.monotonic())
+                     functools.partial(self._interval_check, False), n, self._sampling.clock())
 
     # ------------------------------------------------------------------ hot path
     def step(self) -> None:
@@ -323,7 +323,7 @@ class MemWatch:
         except Exception as e:  # noqa: BLE001
             self._faults.disable("sampler", e)
             self._running = False
-            return time.monotonic()
+            return self._sampling.clock()
 
     def hand_over(self) -> None:
         """The calling thread steps this session from now on. For a driver that sampled the
@@ -374,7 +374,7 @@ class MemWatch:
                 self._warner.tell(report.findings, warn=at == "interval", at=at)
                 self._warner.end_check(at, self.config.stage)
             self._sampling.refresh_slow()
-            self._scheduler.checked(self.step_count, time.monotonic())
+            self._scheduler.checked(self.step_count, self._sampling.clock())
         return list(report.findings)
 
     def _sink_sample(self, step: int) -> None:
