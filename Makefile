@@ -1,10 +1,11 @@
-# Two commands on a fresh clone: `make demo` and `make test`. Both create .venv when needed.
+# Two commands on a fresh clone: `make demo` and `make test` (`make test-corpus` scores the
+# detection corpus). All create .venv when needed.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.memwatch-installed
 
-.PHONY: venv demo test test-fast bench lint typecheck clean gpu-check
+.PHONY: venv demo test test-corpus test-fast bench lint typecheck clean gpu-check
 
 venv: $(STAMP)
 
@@ -21,14 +22,21 @@ demo: venv
 	WANDB_MODE=offline HF_HUB_OFFLINE=1 $(PY) examples/lightning_demo.py
 
 # Two workers (pytest-xdist), a test module's tests on one worker (--dist loadfile: module
-# fixtures such as the corpus run are taken once); JOBS=1 for one process.
+# fixtures are taken once); JOBS=1 for one process. Everything but the detection corpus's runs
+# (pyproject.toml's addopts leave out `gpu` and `corpus`).
 JOBS ?= 2
+TEST_ENV := WANDB_MODE=offline HF_HUB_OFFLINE=1 WANDB_SILENT=true
 test: venv
-	WANDB_MODE=offline HF_HUB_OFFLINE=1 WANDB_SILENT=true $(PY) -m pytest -q -n $(JOBS) --dist loadfile --durations=15
+	$(TEST_ENV) $(PY) -m pytest -q -n $(JOBS) --dist loadfile --durations=15
+
+# The detection corpus scored against its targets (tests/analysis/test_corpus.py, `corpus`
+# marker): two runs of the design corpus, each scenario in a fresh interpreter, two at a time.
+test-corpus: venv
+	$(TEST_ENV) $(PY) -m pytest -q -n 0 -m corpus --durations=5 tests/analysis/test_corpus.py
 
 # The quick loop while editing: stop at the first failure, skip the slow end-to-end tests.
 test-fast: venv
-	WANDB_MODE=offline HF_HUB_OFFLINE=1 WANDB_SILENT=true $(PY) -m pytest -q -x -m 'not slow and not gpu'
+	$(TEST_ENV) $(PY) -m pytest -q -x -m 'not slow and not gpu and not corpus'
 
 bench: venv
 	$(PY) benchmarks/run_all.py

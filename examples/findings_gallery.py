@@ -5,7 +5,7 @@ training loop whose evaluation keeps its outputs with their autograd graphs, and
 real loop reading a dataset through ``np.memmap``.
 
     python examples/findings_gallery.py            # all kinds
-    python examples/findings_gallery.py --quick    # fewer steps (CI)
+    python examples/findings_gallery.py --quick    # fewer steps (CI; or MEMWATCH_EXAMPLE_QUICK=1)
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import memwatch
 from memwatch.testing import FakeDevice
 
 GIB, MIB = 1 << 30, 1 << 20
-QUICK = "--quick" in sys.argv
+QUICK = "--quick" in sys.argv or os.environ.get("MEMWATCH_EXAMPLE_QUICK") == "1"
 STEPS = 150 if QUICK else 300
 rng = np.random.default_rng(0)
 

@@ -155,10 +155,12 @@ def test_cost_of_100k_samples_under_10ms() -> None:
     y = 1e9 + np.arange(100_000) * 100.0 + rng.normal(0, 1e5, 100_000)
     best = float("inf")
     for _ in range(5):
-        t0 = time.perf_counter()
+        # This thread's CPU time: other processes on a loaded machine stretch the wall clock,
+        # not the work (the best of five leaves out a pass that met a cold cache)
+        t0 = time.thread_time()
         mids, floors = bucket(y, 256)
         trend_test(mids, floors)
         step_change(mids, floors)
         saturation_ratio(mids, floors)
-        best = min(best, time.perf_counter() - t0)
-    assert best < 0.010 * 3  # generous on a loaded CI box; the benchmark reports the real figure
+        best = min(best, time.thread_time() - t0)
+    assert best < 0.010 * 3  # a slower machine's margin; the benchmark reports the real figure

@@ -78,7 +78,9 @@ bench = _load_bench()
 # (39) take about 5 minutes together on a lightly loaded 2-core machine (2026-11-27: the whole
 # module 8 min at load average 2-5; 5 min before issue 23 added 12 design scenarios); the first
 # test that needs a run pays for it, so it gets far more than the default: a machine loaded
-# three times over must not turn it into a timeout.
+# three times over must not turn it into a timeout. The tests that read a run are marked
+# ``corpus``: `make test-corpus` runs them, `make test` (and a bare `pytest`) the rest of this
+# module (the scoring and the corpus's declarations, seconds).
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
@@ -285,6 +287,7 @@ def test_growth_fields_are_checked() -> None:
     assert scenarios.Scenario(**base, growth="stops", stops_at_step=100).stops_at_step == 100
 
 
+@pytest.mark.corpus
 def test_every_scenario_runs(corpus: dict[str, dict[str, Any]]) -> None:
     failed = {n: r["error"][-400:] for n, r in corpus.items() if "error" in r}
     assert not failed
@@ -295,6 +298,7 @@ def test_every_scenario_runs(corpus: dict[str, dict[str, Any]]) -> None:
         assert all(fs == [] for fs in raw["findings"]), "analyze=False still gave findings"
 
 
+@pytest.mark.corpus
 def test_every_scenario_runs_under_the_analyzer(rows: dict[str, dict[str, Any]]) -> None:
     assert set(rows) == set(scenarios.NAMES)
     problems = {n: r.get("error") or r["disabled"] for n, r in rows.items()
@@ -302,6 +306,7 @@ def test_every_scenario_runs_under_the_analyzer(rows: dict[str, dict[str, Any]])
     assert not problems
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("sc", SANITY_LEAKS, ids=lambda s: s.name)
 def test_planted_leak_shows_in_raw_series(corpus: dict[str, dict[str, Any]],
                                           sc: scenarios.Scenario) -> None:
@@ -334,6 +339,7 @@ def test_planted_leak_shows_in_raw_series(corpus: dict[str, dict[str, Any]],
         assert floors[e] >= floors[e - 1], f"{key} floor of epoch {e} went down: {floors}"
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("sc", SANITY_CONTROLS, ids=lambda s: s.name)
 def test_control_stops_growing(corpus: dict[str, dict[str, Any]],
                                sc: scenarios.Scenario) -> None:
@@ -354,6 +360,7 @@ def test_control_stops_growing(corpus: dict[str, dict[str, Any]],
 BOUNDED_FILL = 3 * CONTROL_TOLERANCE["host.rss"]
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("sc", [s for s in SANITY_CONTROLS if s.growth == "stops"],
                          ids=lambda s: s.name)
 def test_bounded_reproduction_fills_before_it_stops(corpus: dict[str, dict[str, Any]],
@@ -369,6 +376,7 @@ def test_bounded_reproduction_fills_before_it_stops(corpus: dict[str, dict[str, 
         f"{BOUNDED_FILL / MiB:.0f} MiB")
 
 
+@pytest.mark.corpus
 def test_worker_cow_control_really_copies_pages(corpus: dict[str, dict[str, Any]]) -> None:
     """Worker USS rises by tens of MiB in the first epoch (pages copied), then stays."""
     raw = _raw(corpus, "ctrl_worker_cow")
@@ -377,6 +385,7 @@ def test_worker_cow_control_really_copies_pages(corpus: dict[str, dict[str, Any]
         f"{max(uss) / MiB:.1f} MiB in epoch 0"
 
 
+@pytest.mark.corpus
 def test_worker_leak_is_in_workers_not_host(corpus: dict[str, dict[str, Any]]) -> None:
     raw = _raw(corpus, "leak_worker_cache")
     last = raw["epochs"] - 1
@@ -385,6 +394,7 @@ def test_worker_leak_is_in_workers_not_host(corpus: dict[str, dict[str, Any]]) -
     assert workers_growth > 2 * max(host_growth, 1 * MiB), (host_growth, workers_growth)
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("name", ["dev_fragmentation", "dev_fragmentation_scripted"])
 def test_fragmentation_controls_grow_reserved_not_allocated(corpus: dict[str, dict[str, Any]],
                                                             name: str) -> None:
@@ -442,6 +452,7 @@ ISSUE40_41_MISSES: dict[str, pytest.MarkDecorator] = {
 DESIGN_MISSES = {**ISSUE23_MISSES, **ISSUE40_41_MISSES}
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("sc", LEAKS, ids=lambda s: s.name)
 def test_leak_found_by_second_epoch(rows: dict[str, dict[str, Any]],
                                     sc: scenarios.Scenario) -> None:
@@ -455,6 +466,7 @@ def test_leak_found_by_second_epoch(rows: dict[str, dict[str, Any]],
     assert not mw["early"], f"leak verdict before the leak started: {mw['verdict_epochs']}"
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("sc", _params(CONTROLS, ISSUE40_41_MISSES), ids=lambda s: s.name)
 def test_no_leak_verdict_on_control(rows: dict[str, dict[str, Any]],
                                     sc: scenarios.Scenario) -> None:
@@ -466,6 +478,7 @@ def test_no_leak_verdict_on_control(rows: dict[str, dict[str, Any]],
         f"stood on: {[(f.get('message'), f.get('evidence')) for f in _false_findings(r)]}")
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("sc", _params([s for s in LEAKS if s.expected_culprit], DESIGN_MISSES),
                          ids=lambda s: s.name)
 def test_culprit_named(rows: dict[str, dict[str, Any]], sc: scenarios.Scenario) -> None:
@@ -475,6 +488,7 @@ def test_culprit_named(rows: dict[str, dict[str, Any]], sc: scenarios.Scenario) 
         f"expected {sc.expected_culprit!r} in the culprit; got {r['memwatch']['culprits']}")
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("sc", [s for s in LEAKS if s.true_oom_step], ids=lambda s: s.name)
 def test_forecast_error_within_25pct(rows: dict[str, dict[str, Any]],
                                      sc: scenarios.Scenario) -> None:
@@ -493,6 +507,7 @@ _ACCUMULATION_MISS = pytest.mark.xfail(strict=True, reason=(
     "essential part, no leak verdict, is test_no_leak_verdict_on_control's)"))
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("sc", [pytest.param(s, marks=_ACCUMULATION_MISS)
                                 if s.expected_kind == "accumulation" else
                                 _params([s], DESIGN_MISSES)[0]
@@ -508,6 +523,7 @@ def test_reported_non_leak_said_for_what_it_is(rows: dict[str, dict[str, Any]],
         f"expected {sc.expected_kind}; said {r['reported_score'].get('said')}")
 
 
+@pytest.mark.corpus
 @pytest.mark.parametrize("sc", _params([s for s in LEAKS if s.reported], DESIGN_MISSES),
                          ids=lambda s: s.name)
 def test_reported_leak_of_the_right_kind(rows: dict[str, dict[str, Any]],

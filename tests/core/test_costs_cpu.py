@@ -30,22 +30,54 @@ def test_waiting_is_not_budget_working_is() -> None:
 
 def test_budget_counts_the_bound_thread_from_another() -> None:
     """The analyzer asks from the training thread, the background sampler from its own: both
-    read the training thread's clock."""
+    read the training thread's clock. The training thread waits on an event, not a sleep, so
+    it is alive (its clock readable) whatever the machine's load (a 0.5-s sleep ended before
+    the asking thread's burn on a loaded machine, and the question then read another clock)."""
     c = Costs(budget=0.01, floor_s=0.0)
-    done = threading.Event()
+    bound, release = threading.Event(), threading.Event()
 
     def train() -> None:
         c.bind()
         _burn(0.2)
-        done.set()
-        time.sleep(0.5)
+        bound.set()
+        release.wait()
 
     t = threading.Thread(target=train)
     t.start()
-    done.wait(10)
-    _burn(0.2)  # this thread's own CPU is not the training thread's
+    try:
+        assert bound.wait(60)
+        _burn(0.2)  # this thread's own CPU is not the training thread's
+        assert c.allows(0.0015) and not c.allows(0.003)
+    finally:
+        release.set()
+        t.join()
+    # The thread has ended: its clock is gone, its last reading stays the budget's base.
     assert c.allows(0.0015) and not c.allows(0.003)
-    t.join()
+
+
+def test_background_passes_do_not_spend_the_steps_budget() -> None:
+    """Passes come every so many wall seconds: a loaded run (twice the wall time, twice the
+    passes) must get the same answer for the same census as a quiet one."""
+    answers = []
+    for passes in (10, 20):  # quiet, loaded: the same training CPU, twice the passes
+        ran = iter([0.0, *[10.0] * 4])
+        c = Costs(budget=0.01, floor_s=0.0)
+        c.bind(clock=lambda ran=ran: next(ran))  # type: ignore[misc]
+        c.add("census", 0.5, cpu=0.05)
+        for _ in range(passes):
+            c.add("background reads", 0.004)
+            c.add("black box", 0.001)
+        answers.append((c.allows(0.04), c.allows(0.06)))
+    assert answers == [(True, False), (True, False)]
+
+
+def test_unbound_budget_counts_the_process_cpu_not_the_wall() -> None:
+    cpu = [0.0]
+    c = Costs(budget=0.01, floor_s=0.0, now=lambda: 1000.0, start=0.0,
+              cpu_now=lambda: cpu[0])
+    assert not c.allows(0.001)  # 1000 s of wall, no CPU: nothing to spend
+    cpu[0] = 1.0
+    assert c.allows(0.009) and not c.allows(0.011)
 
 
 def test_a_session_binds_its_training_thread(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 import memwatch
@@ -52,6 +53,16 @@ def _wait_until_seen(mw: memwatch.MemWatch, pids: set[int], timeout: float = 10.
         time.sleep(0.01)
 
 
+def _wait_until_gone(pids: set[int], hang_s: float = 120.0) -> None:
+    """Until none of ``pids`` is a child of this process any more: a non-persistent loader's
+    workers exit after its epoch, and on a loaded machine the next epoch's workers started
+    before they had (4 workers counted, each reading right)."""
+    end = time.monotonic() + hang_s
+    while pids & {c.pid for c in psutil.Process().children()}:
+        assert time.monotonic() < end, "the previous epoch's workers never exited"
+        time.sleep(0.01)
+
+
 @pytest.mark.parametrize("persistent", [True, False])
 def test_real_dataloader_workers_are_found_and_measured(persistent: bool, tmp_path: Path) -> None:
     loader = DataLoader(_SlowSquares(40), batch_size=2, num_workers=2,
@@ -81,6 +92,9 @@ def test_real_dataloader_workers_are_found_and_measured(persistent: bool, tmp_pa
                 rss.append(latest["workers.rss"])
             details = mw.worker_details()
             mw.end_epoch()
+            if not persistent:
+                del it
+                _wait_until_gone(pids)
         seen = _workers_probe(mw).seen_pids
     assert max(counts) == 2
     assert max(uss) > 0 and max(pss) > 0

@@ -153,10 +153,12 @@ def test_caught_oom_is_flushed_at_a_later_step_boundary(tmp_path: Path) -> None:
             dev.malloc(64 * MIB)
         except Exception:
             pass
-        mw.step()
+        mw.step()  # the step the OOM happened in ends: the program caught it
         assert complete_bundles(tmp_path) == []  # too fresh: its exception may still be on the way
-        time.sleep(1.1)
-        mw.step()
+        time.sleep(1.1)  # wall time decides nothing: still one step after the capture
+        mw._runtime.watch(mw.step_count)
+        assert complete_bundles(tmp_path) == []
+        mw.step()  # a step more: counted in steps, however long (or short) it took
         (b,) = complete_bundles(tmp_path)  # written while the run goes on, not only at close
     assert open_bundle(b).manifest["trigger"] == "oom_observer"
     assert len(complete_bundles(tmp_path)) == 1
@@ -483,10 +485,15 @@ def test_bundle_write_time_is_bounded(tmp_path: Path) -> None:
             if i % 8 == 0:
                 dev.malloc(2 * MIB)
             mw.step()
+        c0 = time.thread_time()
         p = mw.dump("timing")
+        cpu_s = time.thread_time() - c0
     assert p is not None
     m = open_bundle(p).manifest
-    # 2000 timeline rows, a 512-block snapshot, census and report: well under a second.
-    assert m["write_seconds"] < 2.0, m["write_seconds"]
+    # 2000 timeline rows, a 512-block snapshot, census and report: well under a second of
+    # work. Bounded in this thread's CPU time (the bundle is written on it); the wall time
+    # the manifest records is what a loaded machine stretches, so it is only reported.
+    assert cpu_s < 2.0, cpu_s
+    assert m["write_seconds"] > 0
     assert sum(1 for r in open_bundle(p).timeline() if r["type"] == "sample") == 2000
     assert safepickle.load(p / "snapshot.pickle")["segments"]

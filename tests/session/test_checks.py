@@ -110,18 +110,30 @@ def test_the_first_epoch_of_a_multi_epoch_run_waits_for_its_end(tmp_path: Path) 
     assert mw.checks == 5 and leaks(mw) == []
 
 
-def test_checks_by_time(tmp_path: Path) -> None:
+def test_checks_by_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The rows' clock, injected: 40 steps take no time at all here, however loaded the machine
+    # (40 real steps once took longer than a 50-ms period on one, and checked early).
+    from memwatch.session.sampling import Sampling
+
+    now = [1000.0]
+    monkeypatch.setattr(Sampling, "clock", staticmethod(lambda: now[0]))
     dev = FakeDevice(total_bytes=GIB)
     with memwatch.watch(device=dev, host=False, workers=False, out_dir=tmp_path,
                         check_every_n_steps=None, check_every_s=0.05) as mw:
         for _ in range(40):
             mw.step()
+        now[0] += 0.049
+        mw.step()
         assert mw.checks == 0
-        import time
-
-        time.sleep(0.06)
+        now[0] += 0.002
         mw.step()  # the first step after the period runs the check
         assert mw.checks == 1
+        for _ in range(40):
+            mw.step()
+        assert mw.checks == 1  # the next period counts from that check
+        now[0] += 0.05
+        mw.step()
+        assert mw.checks == 2
 
 
 def test_no_checks_inside_epochs_when_turned_off(tmp_path: Path) -> None:

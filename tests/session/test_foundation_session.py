@@ -194,12 +194,16 @@ def test_slow_probe_failure_disables_it_once(
 ) -> None:
     dev = _FlakySlow()
     caplog.set_level(logging.WARNING, logger="memwatch")
-    with memwatch.watch(device=dev, workers=False, interval_s=0.01, out_dir=tmp_path) as mw:
-        deadline = time.monotonic() + 5
-        while "probe device" not in mw.disabled and time.monotonic() < deadline:
-            mw.step()
-            time.sleep(0.005)
-        time.sleep(0.05)  # more background passes: none may warn again
+    # Passes counted, not waited for: the background thread's period is an hour (it never
+    # runs here) and each pass is the reader's poll(), the call that thread makes. A wait of a
+    # few seconds for a background pass failed on a loaded machine.
+    with memwatch.watch(device=dev, workers=False, interval_s=3600, out_dir=tmp_path) as mw:
+        mw.step()  # the unit's first step reads the slow probes: the first call succeeds
+        assert dev.slow_calls == 1 and "probe device" not in mw.disabled
+        mw._sampling.slow.poll()  # a background pass: the probe fails, is disabled
+        assert "probe device" in mw.disabled
+        for _ in range(3):
+            mw._sampling.slow.poll()  # more background passes: none may warn again
         mw.step()
         latest = mw.latest()
         mw.end_epoch()  # polls the slow probes again, on the training thread

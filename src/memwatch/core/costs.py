@@ -13,25 +13,38 @@ CPU seconds the training thread has run since. Wall time is what a shared machin
 stretches, and not evenly: a census that meets a busy moment takes twice its wall time, the run
 around it does not, and a budget in wall time then decides differently from one run to the next
 (the corpus's hint censuses did). CPU time is the work itself. Before the thread is bound, or
-where a thread's CPU clock cannot be read, wall time stands in. ``seconds`` (what
-``MemWatch.costs()`` shows) stays in wall time: what the run waited.
+where a thread's CPU clock cannot be read, the process's CPU time stands in (never wall time);
+once the bound thread has ended, its last reading does. ``seconds`` (what ``MemWatch.costs()``
+shows) stays in wall time: what the run waited.
+
+The work counted against the budget is the work a run's *steps* cause (checks, censuses, holder
+walks, the slow refresh at a unit's first step, the sinks), not the background passes and
+black-box rewrites (:data:`WALL_PACED`): those come every so many wall seconds, so a run that a
+busy machine stretches to twice its wall time has twice as many, and counting them would leave
+a loaded run less budget for the same census (the background keeps to its own share of a core,
+``timeline.sampler.PACED_SHARE``).
 
 Example::
 
     >>> from memwatch.core.costs import Costs
-    >>> c = Costs(budget=0.01, now=lambda: 100.0, start=0.0, floor_s=0.0)
+    >>> cpu_s = [0.0]  # the process's CPU clock (injected): 100 s of work later
+    >>> c = Costs(budget=0.01, now=lambda: 100.0, start=0.0, cpu_now=lambda: cpu_s[0])
+    >>> cpu_s[0] = 100.0
     >>> c.add("census", 0.4)
     >>> c.allows(0.5), c.allows(0.7)
     (True, False)
     >>> round(c.seconds["census"], 2), c.spent()
     (0.4, 0.4)
     >>> b = Costs(budget=0.01, now=lambda: 100.0, start=0.0, floor_s=0.0)
-    >>> cpu = iter([0.0, 10.0, 10.0])  # the training thread's CPU clock: at bind, then later
+    >>> cpu = iter([0.0, 10.0, 10.0, 10.0])  # the training thread's CPU clock: at bind, then
     >>> b.bind(clock=lambda: next(cpu))
     >>> b.add("census", 0.4, cpu=0.05)  # 0.4 s of wall on a busy machine, 0.05 s of work
     >>> b.allows(0.04), b.allows(0.06)  # 1% of 10 CPU seconds, whatever the wall clock says
     (True, False)
-    >>> Costs(now=lambda: 3.0, start=0.0).allows(0.2)  # a 3-second run: 1% of it is 30 ms
+    >>> b.add("background reads", 9.0)  # passes by the wall clock: not the steps' work
+    >>> b.allows(0.04)
+    True
+    >>> Costs(cpu_now=lambda: 3.0).allows(0.2)  # not bound: 1% of the process's 3 CPU s
     False
 """
 
@@ -42,7 +55,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["BUDGET", "Costs"]
+__all__ = ["BUDGET", "WALL_PACED", "Costs"]
 
 #: The share of a run's wall time memwatch's work off the hot path may take, at defaults.
 BUDGET = 0.01
@@ -55,17 +68,23 @@ BUDGET = 0.01
 #: first. Without a floor a run takes one only once 1% of its training CPU time covers it
 #: (about 30 s of training on such a heap), far from any short run.
 FLOOR_S = 0.0
+#: Parts that run every so many wall seconds (the background sampler's passes and the black
+#: box it rewrites): shown by ``MemWatch.costs()``, not counted against the budget.
+WALL_PACED = frozenset({"background reads", "black box"})
 
 
 class Costs:
     """Seconds spent by part, and the budget left for optional work."""
 
     def __init__(self, budget: float = BUDGET, now: Callable[[], float] = time.monotonic,
-                 start: float | None = None, floor_s: float = FLOOR_S) -> None:
+                 start: float | None = None, floor_s: float = FLOOR_S,
+                 cpu_now: Callable[[], float] = time.process_time) -> None:
         self.budget = budget
         self.floor_s = floor_s
         self._now = now
         self.start = now() if start is None else start
+        self._cpu_now = cpu_now  # the process's CPU clock: the budget's base before bind()
+        self._cpu_start = cpu_now()
         #: Wall seconds by part (``census``, ``attribution``, ``checks``, ``background``, ...).
         #: Each part is written by one thread only.
         self.seconds: dict[str, float] = {}
@@ -73,6 +92,7 @@ class Costs:
         self.cpu: dict[str, float] = {}
         self._clock: Callable[[], float] | None = None  # the training thread's CPU clock
         self._clock_start = 0.0
+        self._ran = 0.0  # its last reading since bind(): kept once the thread has ended
 
     def bind(self, thread_id: int | None = None,
              clock: Callable[[], float] | None = None) -> None:
@@ -122,19 +142,21 @@ class Costs:
         return max(self._now() - self.start, 0.0)
 
     def allows(self, seconds: float) -> bool:
-        """Optional work of this estimated cost keeps everything within the budget: in CPU
-        seconds against the training thread's CPU time once :meth:`bind` was called, else in
-        wall seconds against the session's wall time; never less than ``floor_s`` in all."""
+        """Optional work of this estimated CPU cost keeps the steps' work (every part but
+        :data:`WALL_PACED`) within the budget: against the training thread's CPU seconds since
+        :meth:`bind` (its last reading once it has ended), else against the process's CPU
+        seconds since this object was made; never less than ``floor_s`` in all."""
         clock = self._clock
         if clock is not None:
             try:
-                ran = clock() - self._clock_start
-            except OSError:  # the thread has ended: its clock is gone
-                ran = None
-            if ran is not None:
-                return sum(self.cpu.values()) + seconds <= max(self.budget * max(ran, 0.0),
-                                                              self.floor_s)
-        return self.spent() + seconds <= max(self.budget * self.elapsed(), self.floor_s)
+                self._ran = max(clock() - self._clock_start, 0.0)
+            except OSError:  # the thread has ended: its clock is gone, its last reading stays
+                pass
+            ran = self._ran
+        else:
+            ran = max(self._cpu_now() - self._cpu_start, 0.0)
+        spent = sum(v for k, v in self.cpu.items() if k not in WALL_PACED)
+        return spent + seconds <= max(self.budget * ran, self.floor_s)
 
     def snapshot(self) -> dict[str, float]:
         """Seconds memwatch's own work off the hot path took so far, by part (``census``,

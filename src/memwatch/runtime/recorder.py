@@ -66,6 +66,11 @@ log = logging.getLogger("memwatch")
 MIB = 1 << 20
 _RESERVE_BYTES = 8 * MIB
 _PENDING_MAX_AGE_S = 600.0
+#: Steps recorded after an unclaimed pre-unwind capture before it is written on its own: the
+#: step the OOM happened in (the program caught it and finished the step) and one more. Counted
+#: in steps, not seconds: a loaded machine stretches a step past any wall-clock wait, and the
+#: bundle then came before the program's own handling could claim it (a test failed so).
+_PENDING_STEPS = 2
 
 
 class FlightRecorder:
@@ -99,6 +104,7 @@ class FlightRecorder:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._pending: Capture | None = None
+        self._pending_step = 0  # the step count when the pending capture was taken
         self._reserve: mmap.mmap | None = None
         self._seen_ids: collections.deque[int] = collections.deque(maxlen=64)
         self.hooks = FailureHooks(self.handle_exception, self._on_signal, config.signals)
@@ -230,6 +236,7 @@ class FlightRecorder:
                 return  # no bundle would be written: skip the capture's cost
             obs = {"device": int(device), "tried_to_allocate": int(alloc),
                    "device_total": int(device_total), "device_free": int(device_free)}
+            self._pending_step = self._steps()
             self._pending = self._capture(True, obs)
         except Exception as e:  # noqa: BLE001 - never turn an OOM into a different error
             log.warning("memwatch: pre-unwind OOM capture failed (%s)", e)
@@ -341,11 +348,15 @@ class FlightRecorder:
         return self._write("oom_observer", reason, None, None, cap)
 
     def on_step_boundary(self) -> None:
-        """Called from the session every few steps: flush a capture nobody claimed."""
+        """Called from the session every few steps: flush a capture nobody claimed once
+        :data:`_PENDING_STEPS` steps were recorded after it (the program caught the OOM)."""
         pend = self._pending
         if pend is not None and not pend.claimed and \
-                time.monotonic() - max(pend.mono, pend.done) > 1.0:
+                self._steps() - self._pending_step >= _PENDING_STEPS:
             self._flush_pending()
+
+    def _steps(self) -> int:
+        return int(self.view.step_count)
 
     def _capture(self, pre_unwind: bool, observer: dict[str, int] | None,
                  killer: bool = True) -> Capture:

@@ -65,7 +65,11 @@ class Sampling:
         probes: every probe opened.
         timeline: the fixed-memory store of samples (None before ``open()``).
         step_count: samples recorded (optimizer steps), counting on across a resume.
+        clock: the monotonic clock of the rows' times, and of the checks by time
+            (``check_every_s``) the session schedules from them (tests replace it).
     """
+
+    clock: Callable[[], float] = staticmethod(time.monotonic)
 
     def __init__(self, config: WatchConfig, faults: Faults,
                  costs: Costs) -> None:
@@ -133,7 +137,7 @@ class Sampling:
         fast = self._read()
         if self._refresh_due:
             self._refresh()
-        t = time.monotonic()
+        t = self.clock()
         n = self.step_count + 1
         # Count the step only once it is stored: a failed record retries in recover().
         self.timeline.record(n, t, fast, self.slow.values)  # type: ignore[union-attr]

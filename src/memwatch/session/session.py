@@ -314,7 +314,7 @@ class MemWatch:
                                  self._checker.exchange is not None, self._epoch > 0),
                      cfg.check_every_s,
                      functools.partial(self._interval_check, True),
-                     functools.partial(self._interval_check, False), n, time.monotonic())
+                     functools.partial(self._interval_check, False), n, self._sampling.clock())
 
     # ------------------------------------------------------------------ hot path
     def step(self) -> None:
@@ -346,7 +346,7 @@ class MemWatch:
         except Exception as e:  # noqa: BLE001
             self._faults.disable("sampler", e)
             self._running = False
-            return time.monotonic()
+            return self._sampling.clock()
 
     def hand_over(self) -> None:
         """The calling thread steps this session from now on. For a driver that sampled the
@@ -420,7 +420,7 @@ class MemWatch:
                 self._warner.tell(report.findings, warn=at == "interval", at=at)
                 self._warner.end_check(at, self.config.stage)
             self._sampling.refresh_slow()
-            self._scheduler.checked(self.step_count, time.monotonic(),
+            self._scheduler.checked(self.step_count, self._sampling.clock(),
                                     epoch_end=at == "epoch_end")
         return list(report.findings)
 

@@ -79,14 +79,16 @@ class BackgroundSampler:
     """
 
     def __init__(self, reader: SlowReader, interval_s: float, costs: Costs | None = None,
-                 share: float | None = PACED_SHARE) -> None:
+                 share: float | None = PACED_SHARE,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.reader = reader
+        self._clock = clock  # when passes are due (tests inject one)
         self.interval_s = interval_s
         self.share = share
         self.costs = costs
         #: The wait after the latest pass (``interval_s``, or longer for a costly pass).
         self.wait_s = interval_s
-        self._next_at = time.monotonic() + interval_s
+        self._next_at = self._clock() + interval_s
         #: Called on this thread after each pass (the black box's rewrite); must not raise.
         self.after_poll: Callable[[], None] | None = None
         self._stop = threading.Event()
@@ -100,9 +102,9 @@ class BackgroundSampler:
         self._thread.start()
 
     def _run(self) -> None:
-        self._next_at = time.monotonic() + self.wait_s
-        while not self._stop.wait(max(self._next_at - time.monotonic(), 0.0)):
-            if time.monotonic() < self._next_at:
+        self._next_at = self._clock() + self.wait_s
+        while not self._stop.wait(max(self._next_at - self._clock(), 0.0)):
+            if not self.due():
                 continue  # a pass ran on another thread meanwhile (see passed())
             try:
                 c0 = time.thread_time()
@@ -117,12 +119,17 @@ class BackgroundSampler:
                 self._paced(c2 - c0)
             except Exception:  # noqa: BLE001 - the thread must survive anything
                 log.warning("memwatch: background sampler pass failed", exc_info=True)
-                self._next_at = time.monotonic() + self.wait_s
+                self._next_at = self._clock() + self.wait_s
 
     def _paced(self, cpu_s: float) -> None:
         if self.share is not None:
             self.wait_s = max(self.interval_s, min(cpu_s / self.share, 60.0))
-        self._next_at = time.monotonic() + self.wait_s
+        self._next_at = self._clock() + self.wait_s
+
+    def due(self) -> bool:
+        """The next pass is due: the wait after the latest pass, here or on another thread
+        (:meth:`passed`), is over."""
+        return self._clock() >= self._next_at
 
     def passed(self, cpu_s: float) -> None:
         """A pass of ``cpu_s`` CPU seconds ran on another thread (the refresh a unit's first
