@@ -37,7 +37,7 @@ Example::
     >>> from memwatch.sinks.jsonl import read_events
     >>> events = read_events(log_path)
     >>> [e["event"] for e in events]
-    ['start', 'sample', 'sample', 'close']
+    ['start', 'sample', 'sample', 'findings', 'close']
     >>> events[2]["step"]
     10
 """
