@@ -103,9 +103,12 @@ class Runtime:
             self.watchdog = None
 
     def on_check(self, report: CheckReport) -> None:
-        """A check's new findings reach the watchdog (forecast alerts)."""
+        """A check's new findings reach the watchdog (forecast alerts). Not the last check at
+        close (``at="final"``): the run is over, there is no crash left to prevent, and its
+        findings are the report's."""
         new = list(report.findings)
-        if self.watchdog is not None and new and "watchdog" not in self._faults:
+        if self.watchdog is not None and new and report.at != "final" \
+                and "watchdog" not in self._faults:
             try:
                 self.watchdog.on_findings(new)
             except Exception as e:  # noqa: BLE001
