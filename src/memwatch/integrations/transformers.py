@@ -32,9 +32,10 @@ Four limits of the ``TrainerCallback`` API, and what this module does about them
 
 Metric keys: every key of :mod:`memwatch.core.metrics` (samples in the rows the trainer logs;
 evaluation under ``memwatch/val/``), plus ``memwatch/recovered_ooms`` (OOMs a batch-size finder
-recovered from) and ``memwatch/train_batch_size`` (the batch size training finished with). W&B's
-transformers integration prefixes every non-eval key with ``train/``
-(``train/memwatch/host.rss_gib``); other integrations and ``log_history`` keep them as they are.
+recovered from) and ``memwatch/train_batch_size`` (the batch size training finished with). With
+``report_to="wandb"`` memwatch's W&B sink writes them under these names (W&B's callback, which
+would prefix them ``train/``, gets the rows without them); ``log_history`` and the other loggers
+get them as they are.
 """
 
 from __future__ import annotations
