@@ -1,7 +1,8 @@
-"""The eleven failure classes that fuzzing found in the export reader and the report helpers
-(issue 44), one regression test each, on real artefacts (``tests/fuzz_artefacts.py``), and
-``memwatch report`` on a log beside a FIFO or a ``/dev/zero`` link: one line, exit code 2, at
-once.
+"""The failure classes that fuzzing found in the export reader and the report helpers (1-11:
+issue 44; 12-13: the CLI fuzzer and a sweep of every census.json and findings.json field after
+issue 41 added the killer), one regression test each, on real artefacts
+(``tests/fuzz_artefacts.py``), and ``memwatch report`` on a log beside a FIFO or a ``/dev/zero``
+link: one line, exit code 2, at once.
 
 Before: a FIFO named ``events.jsonl.<digit>`` hung ``memwatch report``; a link to ``/dev/zero``
 read until ``MemoryError``; a sparse 8 GiB file hung; ``"².isdigit()"`` then ``int()`` raised; a
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -211,6 +213,41 @@ def test_11_a_snapshot_block_whose_size_is_a_dict_counts_as_zero(bundle: Path) -
     assert s["largest_free_block_bytes"] == 256 and s["blocks"] == 4
     set_file(bundle, "snapshot.pickle", pickle.dumps(snap, protocol=4))
     assert segments_summary(open_bundle(bundle).snapshot()) == s
+
+
+@pytest.mark.parametrize("held", [True, -1, 1e308, {"a": [{"b": 1}]}])
+def test_12_census_fields_of_the_wrong_type_are_read_as_absent(
+        bundle: Path, tmp_path: Path, held: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """census.json's ``killer.held`` that is no list raised ``TypeError`` (subscripted), and a
+    census group whose ``count`` is null raised it formatting the terminal's table (the CLI
+    fuzzer's case 356, 2026-11-28)."""
+    def plant(d: dict[str, Any]) -> None:
+        d["killer"] = {"note": "grew", "held": held}
+        d["groups"] = [{"bytes": 4096, "count": None, "dtype": "float32", "shape": [32, 32],
+                        "device": "cpu"}]
+
+    patch_json(bundle, "census.json", plant)
+    before = sum(CAUGHT_MALFORMED.values())
+    assert main(["inspect", str(bundle)]) == 0
+    out = capsys.readouterr().out
+    assert "grew" in out and "xNone" in out
+    assert main(["report", str(bundle), "-o", str(tmp_path / "r.html")]) == 0
+    assert sum(CAUGHT_MALFORMED.values()) == before  # no backstop: each field read as it is
+
+
+def test_13_a_rate_near_the_float_limit_charts_as_a_gap_not_an_error(
+        bundle: Path, tmp_path: Path) -> None:
+    """findings.json's ``bytes_per_step`` of 1e308: a forecast computed from it overflowed to
+    infinity, which JSON cannot hold, and writing the HTML raised ``ValueError``."""
+    def plant(d: list[dict[str, Any]]) -> None:
+        for f in d:
+            f["bytes_per_step"] = 1e308
+
+    patch_json(bundle, "findings.json", plant)
+    before = sum(CAUGHT_MALFORMED.values())
+    assert main(["report", str(bundle), "-o", str(tmp_path / "r.html")]) == 0
+    assert sum(CAUGHT_MALFORMED.values()) == before
+    assert "Infinity" not in (tmp_path / "r.html").read_text(encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- the command line

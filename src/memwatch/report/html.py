@@ -35,6 +35,7 @@ Example::
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Callable, Sequence
@@ -158,9 +159,23 @@ def _shared(figures: list[dict[str, Any]]) -> dict[str, Any]:
     return {"refs": refs, "figs": figures}
 
 
+def _finite(obj: Any) -> Any:
+    """``obj`` with every non-finite float as ``None`` (JSON has no infinity; a chart shows a
+    gap): a value computed from a bundle's numbers (a forecast from a rate near 1e308) may
+    overflow."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def _json_for_script(obj: Any) -> str:
     # "<" escaped so that no "</script>" inside the data can end the script element.
-    return json.dumps(obj, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+    return json.dumps(_finite(obj), separators=(",", ":"), allow_nan=False).replace(
+        "<", "\\u003c")
 
 
 # --------------------------------------------------------------------------- assembly

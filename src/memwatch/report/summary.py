@@ -188,7 +188,8 @@ def killer_lines(s: Summary) -> list[str]:
     if not k:
         return []
     out = [str(k.get("note") or "")]
-    for e in (k.get("held") or [])[:6]:
+    held_by = k.get("held")
+    for e in (held_by if isinstance(held_by, list) else [])[:6]:
         if not isinstance(e, dict):
             continue
         held = f", held by {e['holder']}" if e.get("holder") else ""

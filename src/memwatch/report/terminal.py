@@ -93,7 +93,7 @@ def render_text(s: Summary, tail_rows: int = 12) -> str:
         out.append(f"  ({s.census_note or 'none recorded'})")
     for t in s.top_tensors[:10]:
         holder = t.get("holder")
-        line = f"  {fmt_bytes(t.get('bytes')):>10}  x{t.get('count', 1):<5} {tensor_label(t)}"
+        line = f"  {fmt_bytes(t.get('bytes')):>10}  x{str(t.get('count', 1)):<5} {tensor_label(t)}"
         if holder:
             line += f"  held by {holder}"
         out.append(line)
