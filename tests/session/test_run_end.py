@@ -99,6 +99,7 @@ def test_no_last_word_when_the_last_check_saw_everything(tmp_path: Path) -> None
     assert mw.checks == 1  # the epoch end; nothing came after it
 
 
+@pytest.mark.fresh_process  # a host leak RSS shows only in a heap with no free memory to reuse
 def test_a_short_run_of_unknown_length_is_judged_at_the_defaults(tmp_path: Path) -> None:
     # The defaults with real work per step (the CPU floor counts it): a first check within a
     # few hundred steps (100 steps of this work are well over the 0.1 s floor; a check that
@@ -121,6 +122,39 @@ def test_a_short_run_of_unknown_length_is_judged_at_the_defaults(tmp_path: Path)
     assert [(r.step, r.at) for r in list(sink.reports)[len(during):]] == [(1200, "final")]
     leak = [f for f in mw.current_findings() if f.kind == "leak"]
     assert leak and "cache (dict" in str(leak[-1].culprit), [f.culprit for f in mw.findings]
+    del cache
+
+
+@pytest.mark.fresh_process  # (as above: a pytest worker's heap reuses what earlier tests freed)
+@pytest.mark.parametrize("leaks", [True, False], ids=["leak", "clean"])
+def test_the_last_word_after_a_check_just_before_close_judges_that_checks_stretch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, leaks: bool) -> None:
+    # Where the sized checks fall depends on what each check cost in CPU: on a busy machine the
+    # second one came at step 1,180 of a 1,200-step loop. Its leak verdicts wait for the last
+    # word (no epoch said how long the loop's rhythm is), whose 20 steps alone showed nothing:
+    # the run ended "ok" (CI, 2026-11-28). The last word judges steps 100-1,180 instead.
+    plan = [100, 1190]
+    monkeypatch.setattr(SizedChecks, "due_after",
+                        lambda self, step: next((p for p in plan if p > step), 10**9))
+    monkeypatch.setattr(SizedChecks, "ready", lambda self, due=None: True)
+    model = torch.nn.Linear(64, 64)
+    cache: dict[int, bytearray] = {}
+    sink = MemorySink()
+    with memwatch.watch(device="cpu", workers=False, out_dir=tmp_path, warn=False,
+                        sinks=[sink]) as mw:
+        for step in range(1200):
+            model(torch.randn(16, 64)).sum().backward()
+            if leaks:
+                cache[step] = bytearray(100 * 1024)
+            mw.step()
+    assert [(r.step, r.at) for r in sink.reports] == [(100, "interval"), (1190, "interval"),
+                                                      (1200, "final")]
+    leak = [f for f in mw.current_findings() if f.kind == "leak"]
+    if leaks:
+        assert leak and "cache (dict" in str(leak[-1].culprit), [f.to_dict() for f in mw.findings]
+        assert leak[-1].check == 2  # the last word's
+    else:
+        assert not leak, [f.to_dict() for f in leak]
     del cache
 
 

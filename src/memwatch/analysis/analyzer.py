@@ -27,11 +27,12 @@ from memwatch.analysis.context import AnalyzerConfig, CheckContext
 from memwatch.analysis.evidence import CensusPair, Evidence
 from memwatch.analysis.rules import RULES, Rule, RuleInput, dedupe
 from memwatch.analysis.rules.leak.native import IN_USE
-from memwatch.analysis.stats.held import floor_rose
+from memwatch.analysis.stats.held import SIMILAR, floor_rose
 from memwatch.analysis.stats.settle import workers_settled_step
 from memwatch.analysis.stats.shapes import EpochStats, epoch_stats, last_value, read_noise
 from memwatch.core.findings import Finding
 from memwatch.timeline import EpochSummary
+from memwatch.timeline.summary import merge
 
 log = logging.getLogger("memwatch")
 
@@ -111,6 +112,10 @@ class Analyzer:
             self.config.shape, min_growth_rel=max(self.config.shape.min_growth_rel, 0.01))
         #: host.rss's stats of the summary judged last (the swing its parts' readings lie in).
         self._rss_of: tuple[EpochSummary, bool, EpochStats | None] | None = None
+        #: The previous check inside the first epoch left its leak verdicts to a later one.
+        self._deferred = False
+        #: The summary of the last segment judged (a short last stretch is judged with it).
+        self._last_segment: EpochSummary | None = None
 
     def check(self, summary: EpochSummary, ctx: CheckContext) -> list[Finding]:
         """The new findings of one check.
@@ -132,8 +137,16 @@ class Analyzer:
         if ctx.at == "epoch_end":
             stats = self._add(summary, self.history, ctx)
             self.segments = {}  # the epoch's segments are in its stats now
+            self._last_segment = None
             judged = self.history
         else:
+            if self._short_tail(summary, ctx) and self._last_segment is not None:
+                # The last word after a check that deferred its leak verdicts, on a stretch
+                # too short to be judged as a unit: judged with that check's unit, as one.
+                for seg in self.segments.values():
+                    del seg[-1:]
+                summary = merge(self._last_segment, summary)
+            self._last_segment = summary
             seg_stats = self._add(summary, self.segments, ctx, first=not self.history)
             stats, judged = {}, {}
             for m, seg in seg_stats.items():
@@ -151,6 +164,7 @@ class Analyzer:
                     stats[m], judged[m] = seg, [*closed[-2:], *self.segments[m]]
 
         self._own_judged = ctx.own_growth
+        self._deferred = ctx.defer_leaks and ctx.at == "interval"
         pair = self._maybe_census(summary, ctx, self._census_reason(stats, judged))
 
         inp = RuleInput(summary=summary, history=judged, stats=stats, ctx=ctx, cfg=cfg,
@@ -159,6 +173,20 @@ class Analyzer:
         for rule in self.rules:
             found.extend((rule, f) for f in rule.judge(inp))
         return self.beliefs.revise(dedupe(found, self._said), inp)
+
+    def _short_tail(self, summary: EpochSummary, ctx: CheckContext) -> bool:
+        """The last word at close (``at="final"``) comes on a stretch too short to be judged
+        on its own, after a check that left leak verdicts to a later one (a check sized to a
+        run nobody said the length of, before any epoch ended). Too short: fewer steps than
+        :data:`~memwatch.analysis.stats.held.SIMILAR` times the previous unit's, where a
+        steady leak's rise cannot match the previous unit's (floors that climb by similar
+        amounts), and the C allocator's free chunks hide a few steps' growth from RSS. A
+        1,200-step loop checked at steps 100 and 1,180 is judged on steps 100-1,200, not on
+        the last 20 alone."""
+        if ctx.at != "final" or not self._deferred or self.history:
+            return False
+        last = self.segments.get("host.rss") or self.segments.get("device.allocated")
+        return bool(last) and summary.n_steps < SIMILAR * last[-1].n_steps
 
     def sensitivity(self) -> dict[str, float]:
         """Per leak metric, the smallest growth (bytes a step) the last unit judged would count:

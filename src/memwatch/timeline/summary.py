@@ -90,7 +90,14 @@ def _jsonable(x: float) -> float | None:
 
 
 def merge(a: EpochSummary, b: EpochSummary) -> EpochSummary:
-    """Two consecutive compact epochs as one (old history, kept whole in bounded memory)."""
+    """Two consecutive units as one: compact epochs (old history, kept whole in bounded
+    memory), or two segments that keep their buckets (their buckets one after the other)."""
+    buckets: dict[str, Any] = {}
+    if a.bucket_step is not None and b.bucket_step is not None:
+        for name in ("bucket_step", "bucket_count", "bucket_floor", "bucket_peak",
+                     "bucket_last"):
+            buckets[name] = np.concatenate([getattr(a, name), getattr(b, name)])
+        buckets["segment"] = a.segment
     return EpochSummary(
         epoch=a.epoch,
         start_step=a.start_step,
@@ -105,4 +112,5 @@ def merge(a: EpochSummary, b: EpochSummary) -> EpochSummary:
         last=b.last,
         slow_keys=a.slow_keys,
         slow_reads=a.slow_reads + b.slow_reads,
+        **buckets,
     )

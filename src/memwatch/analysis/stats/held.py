@@ -16,7 +16,12 @@ import numpy as np
 
 from memwatch.analysis.stats.shapes import EpochStats
 
-__all__ = ["floor_rose", "held_stairs", "stair_tolerance", "verdict", "worth_reporting"]
+__all__ = ["SIMILAR", "floor_rose", "held_stairs", "stair_tolerance", "verdict",
+           "worth_reporting"]
+
+#: Two units' rises are "similar amounts" within this ratio either way (2.5x): floors that climb
+#: by such amounts unit after unit are a leak (:func:`verdict`).
+SIMILAR = 0.4
 
 
 def stair_tolerance(a: EpochStats, b: EpochStats, k: float) -> float:
@@ -98,7 +103,7 @@ def verdict(hist: list[EpochStats], carry_fraction: float, deceleration: float,
         # A steady rise, held, then a stair of the same order: RSS of a leaking process often
         # stalls while the allocator hands out memory it already had (freed by earlier code),
         # then jumps when that runs out. Two units in a row added held memory of similar size.
-        if carried and cur.rise > cur.threshold and cur.rise >= 0.4 * prev_gain:
+        if carried and cur.rise > cur.threshold and cur.rise >= SIMILAR * prev_gain:
             return "leak"
     # Slow or stair-like leaks: RSS often rises in jumps (the C allocator fills its free pools
     # first, then grows the heap), so no single epoch shows a steady trend; the epoch floors
@@ -113,7 +118,7 @@ def verdict(hist: list[EpochStats], carry_fraction: float, deceleration: float,
         # what the units before it added, so a unit that only holds the previous unit's rise
         # (a clean fit's allocator warming up over two 4-s epochs: floors 420, 542, 646 MiB,
         # the last 646 from its first step to its last) shows a climb its own end does not.
-        if (inc > thr).all() and 0.4 * inc[0] <= inc[-1] <= inc[0] / 0.4 and \
+        if (inc > thr).all() and SIMILAR * inc[0] <= inc[-1] <= inc[0] / SIMILAR and \
                 prev is not None and cur.lo_end - prev.lo_end > thr:
             return "leak"
     return "none"
