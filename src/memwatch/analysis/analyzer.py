@@ -143,8 +143,8 @@ class Analyzer:
             if self._short_tail(summary, ctx) and self._last_segment is not None:
                 # The last word after a check that deferred its leak verdicts, on a stretch
                 # too short to be judged as a unit: judged with that check's unit, as one.
-                for seg in self.segments.values():
-                    del seg[-1:]
+                for units in self.segments.values():
+                    del units[-1:]
                 summary = merge(self._last_segment, summary)
             self._last_segment = summary
             seg_stats = self._add(summary, self.segments, ctx, first=not self.history)
@@ -185,7 +185,7 @@ class Analyzer:
         the last 20 alone."""
         if ctx.at != "final" or not self._deferred or self.history:
             return False
-        last = self.segments.get("host.rss") or self.segments.get("device.allocated")
+        last = self.segments.get("host.rss") or self.segments.get("device.allocated") or []
         return bool(last) and summary.n_steps < SIMILAR * last[-1].n_steps
 
     def sensitivity(self) -> dict[str, float]:
