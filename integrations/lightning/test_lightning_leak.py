@@ -135,7 +135,8 @@ def test_memory_kept_by_validation_hooks_is_a_leak_named_at_the_second_check(
     # One block an epoch, not one a step: the advice says so, over the epochs the census pair
     # spans (a check between them may have taken no census: only within the cost budget).
     a, b = first.evidence["census_epochs"]
-    since = "since the last check" if b - a <= 1 else f"since the end of epoch {a}"
+    first_step = first.evidence["census_at_steps"][0]
+    since = "since the last check" if b - a <= 1 else f"since step {first_step:,}"
     # Named by its owner's class where the census saw it through the model: the user's name.
     assert any(f"ValidationHoard.hard_examples` keeps growing (+{max(b - a, 1)} {since})" in s
                for s in first.suggestions), (first.suggestions, a, b)

@@ -375,14 +375,23 @@ def test_growth_held_by_optimizer_state_is_a_step_unless_parameters_are_added(
 
 def test_what_a_census_pair_spans_is_said() -> None:
     """A holder's growth is counted since the previous census: "since the last check" when that
-    was the previous check's, "since the end of epoch N" when checks in between took none."""
+    was taken at the start of the unit judged, "since step N" when it was taken earlier (a
+    check in between took none, or the previous census came at a check sized to the run inside
+    the first epoch: "+300 since the last check" for 300 arrays kept over 3 half-epochs was
+    wrong)."""
     from memwatch.analysis.culprits.wording import since
 
-    assert since(Attribution(census_epochs=[1, 2])) == "since the last check"
-    assert since(Attribution(census_epochs=[0, 2])) == "since the end of epoch 0"
+    assert since(Attribution(census_at_steps=[200, 400], unit_from_step=200)) == \
+        "since the last check"
+    assert since(Attribution(census_at_steps=[199, 400], unit_from_step=200)) == \
+        "since the last check"  # (the census's step is the previous unit's last)
+    assert since(Attribution(census_at_steps=[100, 400], unit_from_step=200)) == \
+        "since step 100"
+    assert since(Attribution(census_at_steps=[2000, 6000], unit_from_step=4000)) == \
+        "since step 2,000"
     assert since(Attribution()) == "since the last check"
-    assert Holder("m.kept", "global", "list", 3).describe(2, "since the end of epoch 0") == \
-        "m.kept (list, 3 items, +2 since the end of epoch 0)"
+    assert Holder("m.kept", "global", "list", 3).describe(2, "since step 100") == \
+        "m.kept (list, 3 items, +2 since step 100)"
 
 
 def test_a_creep_after_the_warm_up_that_no_object_explains_is_no_leak() -> None:

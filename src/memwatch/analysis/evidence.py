@@ -273,6 +273,9 @@ class Attribution:
     census_epochs: list[int] | None = None
     #: The optimizer steps of the two censuses diffed (what a run without epochs is told).
     census_at_steps: list[int] | None = None
+    #: The step the unit judged began at (the previous check's): a census pair that starts
+    #: before it spans more than "since the last check".
+    unit_from_step: int | None = None
     growing_groups: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     python_object_growth: list[tuple[str, int]] = dataclasses.field(default_factory=list)
     group: GroupGrowth | None = None

@@ -33,11 +33,11 @@ def _name(a: Attribution) -> str:
 
 def since(a: Attribution) -> str:
     """What the census pair spans, in words: "since the last check", or, when the previous
-    census was taken at an earlier epoch's end (checks in between took none: within the cost
-    budget only a verdict or steady growth takes one), "since the end of epoch N"."""
-    ep = a.census_epochs
-    if ep and len(ep) == 2 and ep[1] - ep[0] > 1:
-        return f"since the end of epoch {ep[0]}"
+    census was taken before the unit judged began (checks in between took none: within the
+    cost budget only a verdict or steady growth takes one), "since step N"."""
+    at, start = a.census_at_steps, a.unit_from_step
+    if at and len(at) == 2 and start is not None and at[0] < start - max(2, start // 50):
+        return f"since step {at[0]:,}"
     return "since the last check"
 
 
