@@ -42,8 +42,18 @@ def worth_saying(f: Finding) -> bool:
 
 def say(line: str, label: str = "") -> None:
     """One line on stderr, ``memwatch[label]: ...``; never raises."""
+    say_all([line], label)
+
+
+def say_all(lines: Sequence[str], label: str = "") -> None:
+    """Lines on stderr, each ``memwatch[label]: ...``, in one write: the ranks of a job share
+    one stderr, and a line written in two parts (``print`` writes its end apart, and
+    unbuffered, as under ``PYTHONUNBUFFERED``, each part reaches the pipe on its own) was cut
+    by another rank's (a write of up to 4 KiB to a pipe is never interleaved). Never
+    raises."""
     try:
-        print(f"memwatch{label}: {line}", file=sys.stderr, flush=True)
+        sys.stderr.write("".join(f"memwatch{label}: {ln}\n" for ln in lines))
+        sys.stderr.flush()
     except Exception:  # noqa: BLE001 - a closed stderr must not break the script
         pass
 

@@ -38,7 +38,7 @@ from types import ModuleType
 from typing import Any
 
 from memwatch.autorun import frameworks
-from memwatch.autorun.console import ConsoleSink, exit_lines, say
+from memwatch.autorun.console import ConsoleSink, exit_lines, say, say_all
 from memwatch.autorun.plan import Plan, read_plan
 from memwatch.bundle.paths import per_rank
 from memwatch.session import MemWatch, rank_info
@@ -314,8 +314,7 @@ class Controller:
                 lines = exit_lines(self.what, mw.step_count, mw.checks, mw.findings,
                                    mw.report_path, bundle, summary=mw.summary_path,
                                    unit="sample" if mode == "time" else "step")
-            for line in lines:
-                say(line, self.console.label)
+            say_all(lines, self.console.label)
         except Exception as e:  # noqa: BLE001 - the exit code is the script's, whatever happens
             say(f"the summary at exit failed ({type(e).__name__}: {e})", self.console.label)
 
