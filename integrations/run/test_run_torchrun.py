@@ -41,6 +41,10 @@ def test_every_rank_is_watched_and_only_rank1_leaks(tmp_path, torchrun: str, cap
     assert not any("leak in host." in ln and "rank_leak" not in ln
                    for ln in leak.verdicts() if ln.startswith("memwatch [rank 0]:")), \
         leak.explain()
+    # Rank 0's own memory is flat: the cross-rank verdict is weighed at each exchange, never
+    # withdrawn by rank 0's own series ("RSS stopped growing ... withdrawn", 2026-11-28).
+    assert not any("stopped growing" in ln or "withdrawn" in ln
+                   for ln in leak.memwatch_lines()), leak.explain()
     assert clean.rc == 0 and clean.verdicts() == [], clean.explain()
     for r in (clean, leak):
         summaries = [ln for ln in r.memwatch_lines() if "watched the plain loop" in ln]

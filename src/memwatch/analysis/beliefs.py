@@ -222,8 +222,9 @@ class Beliefs:
             out.append(self._state(b, f, new, inp))
         stage = inp.ctx.origin.stage
         for b in list(self._beliefs.values()):
-            if b.id in touched or b.stage != stage or b.state not in ("leak", "bounded"):
-                continue
+            if b.id in touched or b.stage != stage or b.state not in ("leak", "bounded") or \
+                    b.id.startswith("ranks/"):
+                continue  # (which ranks leak is weighed at each exchange: across_ranks)
             revised = self._weigh(b, inp)
             if revised is not None:
                 out.append(revised)
