@@ -42,10 +42,15 @@ class Clock(TrainerCallback):
     memwatch."""
 
     def __init__(self) -> None:
-        self.points: list[tuple[float, float]] = []
+        self.points: list[tuple[float, float, int]] = []
+        self.began = 0.0
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.began = time.monotonic()
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-        self.points.append((time.monotonic(), float(psutil.Process().memory_info().rss)))
+        self.points.append((time.monotonic(), float(psutil.Process().memory_info().rss),
+                            int(state.global_step)))
 
 
 @pytest.mark.fresh_process
@@ -77,11 +82,14 @@ def test_an_evaluation_leak_is_one_training_verdict_at_the_runs_pace(tmp_path: P
     assert "at every evaluation" in words and f"every {EVAL_EVERY} steps" in words, f.message
     assert f.culprit and "ALL_LOGITS" in f.culprit, f.culprit
 
-    # The real time to the limit at the run's pace: RSS growth per second between the second
-    # and the last evaluation (the first one warms up), from outside memwatch.
-    (t0, r0), (t1, r1) = clock.points[1], clock.points[-1]
-    rate = (r1 - r0) / (t1 - t0)
+    # The real time to the limit at the run's pace, from outside memwatch: RSS growth per step
+    # between the second and the last evaluation (the first one warms up), at the seconds a
+    # step the whole run took, evaluations included (a window of its own for the pace would
+    # compare two paces of a machine whose load changed between them).
+    (_, r0, s0), (t1, r1, s1) = clock.points[1], clock.points[-1]
+    per_step = (r1 - r0) / (s1 - s0)
+    pace = (t1 - clock.began) / s1
     limit, peak = f.evidence["limit_bytes"], f.evidence["peak_bytes"]
-    real = (limit - peak) / rate
+    real = (limit - peak) / per_step * pace
     assert f.seconds_to_oom is not None
-    assert 0.7 * real <= f.seconds_to_oom <= 1.3 * real, (f.seconds_to_oom, real, rate)
+    assert 0.7 * real <= f.seconds_to_oom <= 1.3 * real, (f.seconds_to_oom, real, per_step, pace)
