@@ -54,7 +54,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import math
 import os
 import secrets
 import shutil
@@ -67,6 +66,7 @@ from typing import Any
 
 from memwatch._version import __version__
 from memwatch.core.errors import BundleError
+from memwatch.core.jsonable import finite
 from memwatch.core.safefs import (
     create_file,
     ensure_dir,
@@ -121,17 +121,6 @@ def _json_default(o: Any) -> Any:
     if isinstance(o, os.PathLike):
         return os.fspath(o)
     return repr(o)
-
-
-def _finite(x: Any) -> Any:
-    """JSON has no NaN/Infinity: map them to null (recursively for containers)."""
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    return x
 
 
 def bundle_name(wall: float, rank: int, pid: int) -> str:
@@ -218,14 +207,14 @@ class BundleWriter:
     def write_json(self, fname: str, obj: Any) -> None:
         # json.dump streams its chunks to the file (no whole-document string in memory).
         def write(f: Any) -> None:
-            json.dump(_finite(obj), f, indent=1, default=_json_default, allow_nan=False)
+            json.dump(finite(obj), f, indent=1, default=_json_default, allow_nan=False)
             f.write("\n")
         self._write(fname, "w", write)
 
     def write_jsonl(self, fname: str, rows: Iterable[dict[str, Any]]) -> None:
         def write(f: Any) -> None:
             for row in rows:
-                f.write(json.dumps(_finite(row), default=_json_default, allow_nan=False))
+                f.write(json.dumps(finite(row), default=_json_default, allow_nan=False))
                 f.write("\n")
         self._write(fname, "w", write)
 
@@ -392,6 +381,6 @@ def _replace_json(dir_fd: int, fname: str, doc: dict[str, Any], share: str) -> N
     """Write ``doc`` as ``fname`` in ``dir_fd`` atomically: a fresh ``.part`` file, fsynced,
     then renamed (removed when the write fails)."""
     def write(f: Any) -> None:
-        data = json.dumps(_finite(doc), indent=1, default=_json_default, allow_nan=False)
+        data = json.dumps(finite(doc), indent=1, default=_json_default, allow_nan=False)
         f.write(data.encode("utf-8") + b"\n")
     write_atomic(dir_fd, fname, write, share=share, fsync=True)

@@ -7,6 +7,18 @@ from collections.abc import Mapping
 from typing import Any
 
 
+def finite(x: Any) -> Any:
+    """``x`` with every non-finite float as ``None``, recursively through dicts, lists and
+    tuples (JSON has no NaN or Infinity; a chart shows a gap)."""
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [finite(v) for v in x]
+    return x
+
+
 def jsonable(x: Any, depth: int = 0) -> Any:
     """``x`` with NaN/inf as ``None``, numpy scalars and arrays as Python values, paths as text."""
     if depth > 12:

@@ -35,13 +35,13 @@ Example::
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from memwatch.core.jsonable import finite
 from memwatch.report import charts
 from memwatch.report._sections import SECTIONS
 from memwatch.report.data import ReportData, from_bundle, from_run
@@ -159,22 +159,9 @@ def _shared(figures: list[dict[str, Any]]) -> dict[str, Any]:
     return {"refs": refs, "figs": figures}
 
 
-def _finite(obj: Any) -> Any:
-    """``obj`` with every non-finite float as ``None`` (JSON has no infinity; a chart shows a
-    gap): a value computed from a bundle's numbers (a forecast from a rate near 1e308) may
-    overflow."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
 def _json_for_script(obj: Any) -> str:
     # "<" escaped so that no "</script>" inside the data can end the script element.
-    return json.dumps(_finite(obj), separators=(",", ":"), allow_nan=False).replace(
+    return json.dumps(finite(obj), separators=(",", ":"), allow_nan=False).replace(
         "<", "\\u003c")
 
 
