@@ -99,6 +99,25 @@ def test_no_last_word_when_the_last_check_saw_everything(tmp_path: Path) -> None
     assert mw.checks == 1  # the epoch end; nothing came after it
 
 
+def _plain_loop(tmp_path: Path, leaks: bool, width: int, batch: int,
+                passes: int) -> tuple[memwatch.MemWatch, MemorySink, list[int]]:
+    """A 1,200-step plain loop at the defaults (no epochs, no length said), keeping ~100 KiB a
+    step in a dict when ``leaks``: the session, its sink, and the steps checked before close."""
+    model = torch.nn.Linear(width, width)
+    cache: dict[int, bytearray] = {}
+    sink = MemorySink()
+    with memwatch.watch(device="cpu", workers=False, out_dir=tmp_path, warn=False,
+                        sinks=[sink]) as mw:
+        for step in range(1200):
+            for _ in range(passes):
+                model(torch.randn(batch, width)).sum().backward()
+            if leaks:
+                cache[step] = bytearray(100 * 1024)
+            mw.step()
+        during = [r.step for r in sink.reports]
+    return mw, sink, during
+
+
 @pytest.mark.fresh_process  # a host leak RSS shows only in a heap with no free memory to reuse
 def test_a_short_run_of_unknown_length_is_judged_at_the_defaults(tmp_path: Path) -> None:
     # The defaults with real work per step (the CPU floor counts it): a first check within a
@@ -107,22 +126,11 @@ def test_a_short_run_of_unknown_length_is_judged_at_the_defaults(tmp_path: Path)
     # (twenty times what it took: how many depends on this machine's ratio of a check to a
     # step, so not counted here), and the last word at 1,200 naming the dict that keeps
     # 100 KiB a step. At the old fixed 5,000 steps no check ran before the close.
-    model = torch.nn.Linear(256, 256)
-    cache: dict[int, bytearray] = {}
-    sink = MemorySink()
-    with memwatch.watch(device="cpu", workers=False, out_dir=tmp_path, warn=False,
-                        sinks=[sink]) as mw:
-        for step in range(1200):
-            for _ in range(4):
-                model(torch.randn(64, 256)).sum().backward()
-            cache[step] = bytearray(100 * 1024)
-            mw.step()
-        during = [r.step for r in sink.reports]
+    mw, sink, during = _plain_loop(tmp_path, leaks=True, width=256, batch=64, passes=4)
     assert during and during[0] <= 400 and during == sorted(set(during)), during
     assert [(r.step, r.at) for r in list(sink.reports)[len(during):]] == [(1200, "final")]
     leak = [f for f in mw.current_findings() if f.kind == "leak"]
     assert leak and "cache (dict" in str(leak[-1].culprit), [f.culprit for f in mw.findings]
-    del cache
 
 
 @pytest.mark.fresh_process  # (as above: a pytest worker's heap reuses what earlier tests freed)
@@ -137,16 +145,7 @@ def test_the_last_word_after_a_check_just_before_close_judges_that_checks_stretc
     monkeypatch.setattr(SizedChecks, "due_after",
                         lambda self, step: next((p for p in plan if p > step), 10**9))
     monkeypatch.setattr(SizedChecks, "ready", lambda self, due=None: True)
-    model = torch.nn.Linear(64, 64)
-    cache: dict[int, bytearray] = {}
-    sink = MemorySink()
-    with memwatch.watch(device="cpu", workers=False, out_dir=tmp_path, warn=False,
-                        sinks=[sink]) as mw:
-        for step in range(1200):
-            model(torch.randn(16, 64)).sum().backward()
-            if leaks:
-                cache[step] = bytearray(100 * 1024)
-            mw.step()
+    mw, sink, _ = _plain_loop(tmp_path, leaks=leaks, width=64, batch=16, passes=1)
     assert [(r.step, r.at) for r in sink.reports] == [(100, "interval"), (1190, "interval"),
                                                       (1200, "final")]
     leak = [f for f in mw.current_findings() if f.kind == "leak"]
@@ -155,7 +154,6 @@ def test_the_last_word_after_a_check_just_before_close_judges_that_checks_stretc
         assert leak[-1].check == 2  # the last word's
     else:
         assert not leak, [f.to_dict() for f in leak]
-    del cache
 
 
 def test_a_session_never_closed_is_closed_cleanly_at_exit(tmp_path: Path) -> None:
