@@ -140,12 +140,13 @@ class Analyzer:
             self._last_segment = None
             judged = self.history
         else:
-            if self._short_tail(summary, ctx) and self._last_segment is not None:
+            last = self._short_tail(summary, ctx)
+            if last is not None:
                 # The last word after a check that deferred its leak verdicts, on a stretch
                 # too short to be judged as a unit: judged with that check's unit, as one.
                 for units in self.segments.values():
                     del units[-1:]
-                summary = merge(self._last_segment, summary)
+                summary = merge(last, summary)
             self._last_segment = summary
             seg_stats = self._add(summary, self.segments, ctx, first=not self.history)
             stats, judged = {}, {}
@@ -174,7 +175,7 @@ class Analyzer:
             found.extend((rule, f) for f in rule.judge(inp))
         return self.beliefs.revise(dedupe(found, self._said), inp)
 
-    def _short_tail(self, summary: EpochSummary, ctx: CheckContext) -> bool:
+    def _short_tail(self, summary: EpochSummary, ctx: CheckContext) -> EpochSummary | None:
         """The last word at close (``at="final"``) comes on a stretch too short to be judged
         on its own, after a check that left leak verdicts to a later one (a check sized to a
         run nobody said the length of, before any epoch ended). Too short: fewer steps than
@@ -182,11 +183,11 @@ class Analyzer:
         steady leak's rise cannot match the previous unit's (floors that climb by similar
         amounts), and the C allocator's free chunks hide a few steps' growth from RSS. A
         1,200-step loop checked at steps 100 and 1,180 is judged on steps 100-1,200, not on
-        the last 20 alone."""
-        if ctx.at != "final" or not self._deferred or self.history:
-            return False
-        last = self.segments.get("host.rss") or self.segments.get("device.allocated") or []
-        return bool(last) and summary.n_steps < SIMILAR * last[-1].n_steps
+        the last 20 alone. The previous segment's summary when so, else None."""
+        last = self._last_segment
+        if ctx.at != "final" or not self._deferred or self.history or last is None:
+            return None
+        return last if summary.n_steps < SIMILAR * last.n_steps else None
 
     def sensitivity(self) -> dict[str, float]:
         """Per leak metric, the smallest growth (bytes a step) the last unit judged would count:

@@ -38,7 +38,6 @@ __all__ = ["OWN_DIR", "excluded", "is_framework_object", "is_own_file", "is_own_
            "library_prefixes", "module_file"]
 
 
-
 def _package_dir() -> str:
     """The top package's directory, found by going up as many levels as this module's name has
     dots (so it stays right when this module moves inside the package)."""
