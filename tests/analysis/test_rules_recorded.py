@@ -410,3 +410,73 @@ def test_a_creep_after_the_warm_up_that_no_object_explains_is_no_leak() -> None:
 
     assert run(0.6 * MIB) == []
     assert run(1.5 * MIB)[:1] == [4]
+
+
+def _outputs_kept_an_epoch(heap_grows: bool) -> list[list[Finding]]:
+    """Step outputs kept for an epoch and freed at its end (lightning#15514's shape), in a heap
+    that takes new memory for them every epoch (8 MiB) instead of reusing the last epoch's. Inside
+    an epoch the outputs are in use, so the free bytes' floors hardly move (1 MiB an epoch); at
+    each check, the outputs just freed, the heap's total shows what it took."""
+    steps = 200
+    keys = ["host.rss", "host.malloc_in_use", "host.malloc_free"]
+    tl, analyzer = Timeline(keys), Analyzer(evidence=RecordedEvidence())
+    out = []
+    for e in range(4):
+        for i in range(steps):
+            s = e * steps + i
+            kept = i * 64 * 1024  # this epoch's outputs so far
+            tl.append(s + 1, float(s), [GIB + e * 8 * MIB + kept, 512 * MIB + kept,
+                                        2 * MIB + e * MIB])
+        took = e * 8 * MIB if heap_grows else 0.0
+        closing = {"host.rss": GIB + e * 8 * MIB + 12.5 * MIB, "host.malloc_in_use": 512 * MIB,
+                   "host.malloc_free": 14.5 * MIB + took}
+        out.append(analyzer.check(tl.end_epoch(), CheckContext(closing=closing,
+                                                               limits={"host.rss": 64 * GIB})))
+    return out
+
+
+def test_a_heap_that_grew_between_the_checks_is_retention_where_free_floors_miss_it() -> None:
+    found = [f for e in _outputs_kept_an_epoch(heap_grows=True) for f in e
+             if f.rule == "native"]
+    assert found and {f.kind for f in found} == {"allocator_retention"}, \
+        [(f.kind, f.evidence.get("pattern")) for f in found]
+    f = found[-1]
+    assert f.evidence["malloc_free_growth_bytes"] < 0.5 * f.evidence["rss_growth_bytes"]
+    assert f.evidence["malloc_heap_growth_at_checks_bytes"] == pytest.approx(8 * MIB, rel=0.01)
+    assert "and its heap by 8.0 MiB between the checks" in f.message, f.message
+    assert f.severity == "info"  # what glibc keeps by design
+
+
+def test_memory_no_heap_figure_took_stays_unexplained() -> None:
+    found = [f for e in _outputs_kept_an_epoch(heap_grows=False) for f in e
+             if f.rule == "native"]
+    assert found and {f.evidence.get("pattern") for f in found} == {"unexplained"}, \
+        [(f.kind, f.evidence.get("pattern")) for f in found]
+
+
+def test_growth_before_the_first_census_is_not_claimed_as_native_memory() -> None:
+    """A leak that stopped at an epoch's end: the floors rose from epoch 1 to 2 (epoch 1's
+    growth), but nothing grew between the checks of epochs 1 and 2, where the two censuses
+    were taken. Live objects had nothing to explain there: no native-memory verdict in their
+    place (the belief keeps the verdict that named the holder). Where it kept growing between
+    the checks, the same series is native memory."""
+    def run(stops: bool) -> list[Finding]:
+        steps = 200
+        keys = ["host.rss", "host.malloc_in_use", "host.malloc_free"]
+        tl, analyzer = Timeline(keys), Analyzer(evidence=RecordedEvidence())
+        found: list[Finding] = []
+        for e in range(4):
+            for i in range(steps):
+                s = e * steps + i
+                grown = min(s, 2 * steps if stops else 10**9) * 256 * 1024
+                tl.append(s + 1, float(s), [GIB + grown, 512 * MIB + grown, 8 * MIB])
+            top = min((e + 1) * steps, 2 * steps if stops else 10**9) * 256 * 1024
+            closing = {"host.rss": GIB + top, "host.malloc_in_use": 512 * MIB + top,
+                       "host.malloc_free": 8 * MIB}
+            at = analyzer.check(tl.end_epoch(), CheckContext(
+                closing=closing, limits={"host.rss": 64 * GIB}))
+            found += at if e >= 2 else []  # the checks after the growth stopped
+        return [f for f in found if f.rule == "native"]
+
+    assert run(stops=False), "a leak that keeps growing between the checks is native memory"
+    assert run(stops=True) == []

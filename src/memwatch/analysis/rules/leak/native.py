@@ -11,14 +11,19 @@ it is in ``evidence["pattern"]`` (a ``leak``'s variant, as ``docs/findings.md`` 
   module registry, an autograd graph kept by a C++ reference cycle, a library's own cache). A
   ``leak`` (``evidence["pattern"] == "native_memory"``), severity by consequence.
 * **allocator retention** — in-use bytes stayed flat while RSS grew and the allocator's free
-  bytes grew instead (at least half of it): it keeps memory that was freed (glibc arenas
-  fragment under many threads and mixed sizes). ``allocator_retention``, with the allocator's
-  figures as evidence, and allocator advice. Severity ``info`` while the free bytes grew by less
-  than glibc's largest trim threshold (:data:`GLIBC_KEEPS`, 64 MiB): keeping that much is the
-  allocator's design, and forecasting an OOM from it extrapolates a warm-up.
-* **outside the C heap, or no evidence** — neither grew (RSS grew outside ``malloc``: Python's
-  own small-object arenas, which it maps itself, thread stacks, mappings a library makes), or
-  ``mallinfo2`` does not exist (musl, macOS, glibc before 2.33): a ``leak`` (pattern
+  bytes grew instead (at least half of it), or its heap's total (in-use and free bytes, read
+  together at the checks) grew by at least half of what RSS grew between the same checks: it
+  keeps memory that was freed (glibc arenas fragment under many threads and mixed sizes; step
+  outputs kept for an epoch and freed at its end leave the heap larger when the next epoch does
+  not reuse them). Free bytes' *floors* alone miss that: inside a unit they trade places with
+  in-use bytes, so their low is taken while the memory is in use. ``allocator_retention``,
+  with the allocator's figures as evidence, and allocator advice. Severity ``info`` while what
+  it kept grew by less than glibc's largest trim threshold (:data:`GLIBC_KEEPS`, 64 MiB):
+  keeping that much is the allocator's design, and forecasting an OOM from it extrapolates a
+  warm-up.
+* **outside the C heap, or no evidence** — none of these grew (RSS grew outside ``malloc``:
+  Python's own small-object arenas, which it maps itself, thread stacks, mappings a library
+  makes), or ``mallinfo2`` does not exist (musl, macOS, glibc before 2.33): a ``leak`` (pattern
   ``unexplained``) that says what memwatch could and could not see, with no allocator advice,
   and ``tracemalloc=True`` suggested (it settles whether Python allocations grow).
 """
@@ -59,15 +64,38 @@ class HeapGrowth:
 
     in_use: float
     in_use_threshold: float
+    #: Free bytes' growth, floor to floor: free memory the run did not reuse even at its peak.
     free: float | None
+    #: The heap's total (in-use and free bytes, read together) and RSS, from the first unit's
+    #: check to the last's: each a reading of one instant, so the two compare where floors
+    #: (taken at different moments of a unit) do not. None where a check's reading is missing.
+    heap_at_checks: float | None = None
+    rss_at_checks: float | None = None
 
     def native(self, rss_growth: float) -> bool:
         return self.in_use > self.in_use_threshold and \
             self.in_use >= NATIVE_SHARE * max(rss_growth, 0.0)
 
     def retained(self, rss_growth: float) -> bool:
-        """The allocator's free bytes grew by at least half the RSS growth: it keeps them."""
-        return self.free is not None and self.free >= NATIVE_SHARE * max(rss_growth, 0.0)
+        """The allocator keeps what RSS gained (at least half of it): its free bytes' floors
+        grew by that much, or its heap grew with RSS between the checks. Free bytes trade
+        places with in-use bytes inside a unit (a step's temporaries, outputs kept for an
+        epoch), so their floors can miss memory the heap took and keeps; the heap's total at
+        the checks cannot."""
+        if self.free is not None and self.free >= NATIVE_SHARE * max(rss_growth, 0.0):
+            return True
+        return self._heap_took_it()
+
+    def _heap_took_it(self) -> bool:
+        return self.heap_at_checks is not None and self.rss_at_checks is not None and \
+            self.rss_at_checks > 0 and self.heap_at_checks >= NATIVE_SHARE * self.rss_at_checks
+
+    @property
+    def kept(self) -> float:
+        """What the allocator was seen to keep: free bytes' growth, or the heap's growth
+        between the checks where that is the evidence."""
+        free = self.free or 0.0
+        return max(free, self.heap_at_checks or 0.0) if self._heap_took_it() else free
 
 
 def _by_unit(history: Mapping[str, list[EpochStats]], metric: str) -> dict[str, EpochStats]:
@@ -75,10 +103,16 @@ def _by_unit(history: Mapping[str, list[EpochStats]], metric: str) -> dict[str, 
     return {h.unit: h for h in history.get(metric, [])}
 
 
+def _at_checks(a: EpochStats | None, b: EpochStats | None) -> float | None:
+    if a is None or b is None or a.closing is None or b.closing is None:
+        return None
+    return b.closing - a.closing
+
+
 def heap_growth(history: Mapping[str, list[EpochStats]],
                 units: list[EpochStats]) -> HeapGrowth | None:
-    """How the allocator's figures moved over ``units`` (first floor to last), with the
-    in-use series' own noise; None when they are not sampled."""
+    """How the allocator's figures moved over ``units`` (host RSS's; first floor to last, and
+    first check to last), with the in-use series' own noise; None when they are not sampled."""
     by_unit = _by_unit(history, IN_USE)
     a, b = by_unit.get(units[0].unit), by_unit.get(units[-1].unit)
     if a is None or b is None:
@@ -86,9 +120,13 @@ def heap_growth(history: Mapping[str, list[EpochStats]],
     free_units = _by_unit(history, FREE)
     fa, fb = free_units.get(units[0].unit), free_units.get(units[-1].unit)
     between = [by_unit[u.unit] for u in units if u.unit in by_unit]
+    in_use_at, free_at = _at_checks(a, b), _at_checks(fa, fb)
     return HeapGrowth(in_use=b.floor - a.floor,
                       in_use_threshold=max(h.threshold for h in between),
-                      free=None if fa is None or fb is None else fb.floor - fa.floor)
+                      free=None if fa is None or fb is None else fb.floor - fa.floor,
+                      heap_at_checks=None if in_use_at is None or free_at is None
+                      else in_use_at + free_at,
+                      rss_at_checks=_at_checks(units[0], units[-1]))
 
 
 def in_use_held(history: Mapping[str, list[EpochStats]], hist: list[EpochStats],
@@ -155,7 +193,9 @@ def native_or_retention(*, origin: Origin, metric: str, units: list[EpochStats],
     ev = {**attribution.evidence(), "limit_bytes": limit, "limit_name": limit_name,
           "rss_growth_bytes": rss_growth}
     if heap is not None:
-        ev.update(malloc_in_use_growth_bytes=heap.in_use, malloc_free_growth_bytes=heap.free)
+        ev.update(malloc_in_use_growth_bytes=heap.in_use, malloc_free_growth_bytes=heap.free,
+                  malloc_heap_growth_at_checks_bytes=heap.heap_at_checks,
+                  rss_growth_at_checks_bytes=heap.rss_at_checks)
     common = dict(metric=metric, bytes_per_step=slope, steps_to_oom=steps_to_oom,
                   seconds_to_oom=seconds_to_oom)
     if heap is not None and heap.native(rss_growth):
@@ -181,9 +221,12 @@ def native_or_retention(*, origin: Origin, metric: str, units: list[EpochStats],
             ],
             evidence={"pattern": "native_memory", **ev}, **common)
     if heap is not None and heap.retained(rss_growth):
-        if (heap.free or 0.0) < GLIBC_KEEPS:
+        if heap.kept < GLIBC_KEEPS:
             severity = "info"  # what glibc keeps by design: said, never warned about
         free = f"; its free bytes grew by {fmt_bytes(heap.free or 0)}"
+        if heap.kept > (heap.free or 0.0):
+            free += (f", and its heap by {fmt_bytes(heap.heap_at_checks or 0)} between the "
+                     f"checks, as RSS grew by {fmt_bytes(heap.rss_at_checks or 0)}")
         msg = (f"{where(metric)} grows by {fmt_bytes(slope)} per step, but the C allocator's "
                f"in-use bytes did not ({fmt_bytes(heap.in_use)} over the same stretch{free}) "
                f"and {explained}: the allocator keeps memory that was freed (glibc arenas "

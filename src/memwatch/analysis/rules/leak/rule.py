@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 from memwatch.analysis.context import AnalyzerConfig
 from memwatch.analysis.culprits.wording import culprit_of
-from memwatch.analysis.evidence import Attribution
+from memwatch.analysis.evidence import Attribution, CensusPair
 from memwatch.analysis.rules.base import Rule, RuleInput, SubRule
 from memwatch.analysis.rules.leak import bounded, mapped_file, native
 from memwatch.analysis.rules.words import (
@@ -147,6 +147,16 @@ def judge_metric(inp: RuleInput, metric: str,
     return []
 
 
+def _between_checks(units: list[EpochStats], pair: CensusPair | None) -> float | None:
+    """How much the metric grew between the two censuses of ``pair``, from the closing
+    readings of the checks that took them (``units``' last two); None where those readings are
+    missing, or the earlier census was not taken at the check that closed ``units[-2]``."""
+    if pair is None or len(units) < 2 or pair[1].step - pair[0].step != units[-1].n_steps:
+        return None
+    a, b = units[-2].closing, units[-1].closing
+    return None if a is None or b is None else b - a
+
+
 def _past_placement(hist: list[EpochStats], cfg: AnalyzerConfig,
                     without_first: bool = False) -> bool:
     """What a verdict without a holder needs, the series being its evidence: the floor stands
@@ -253,6 +263,15 @@ def _leak_finding(inp: RuleInput, metric: str, hist: list[EpochStats],
             # census frees may or may not be reused by the run): no evidence of the run's.
             log.debug("memwatch: %s grew within memwatch's own churn (%s); no finding",
                       metric, fmt_bytes(churn))
+            return None
+        between = _between_checks(units, pair)
+        if between is not None and between <= units[-1].resolution:
+            # RSS did not grow between the two censuses' checks: the growth the floors show
+            # came before the first census (a leak that stopped; the earlier verdict, which
+            # named its holder, is what the belief keeps), so nothing is left for live objects
+            # to explain, and no native memory or retention to claim in their place.
+            log.debug("memwatch: %s grew by %s between the censuses' checks; no finding",
+                      metric, fmt_bytes(between))
             return None
         if not _past_placement(hist, cfg, without_first=True):
             log.debug("memwatch: %s: no object explains its growth, still within glibc's "
