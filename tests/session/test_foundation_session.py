@@ -263,3 +263,29 @@ def test_epoch_end_refresh_never_overlaps_a_background_pass(tmp_path: Path) -> N
             mw.end_epoch()
     assert dev.calls > 40
     assert dev.overlaps == 0
+
+
+@pytest.mark.skipif(MallocInfo.open() is None, reason="glibc without mallinfo2 (musl, macOS)")
+def test_in_use_bytes_of_a_background_pass_are_read_again_at_the_step(tmp_path: Path) -> None:
+    # A background pass runs at any moment of a step, when in-use bytes also hold the step's
+    # temporaries; the timeline must get what the loop keeps at the step's sample (read again
+    # there), not the pass's moment. A pass's reading is planted far above anything real (no
+    # real pass runs in the test: its period is ten minutes).
+    with memwatch.watch(device="cpu", workers=False, interval_s=600, out_dir=tmp_path) as mw:
+        mw.step()
+        slow = mw._sampling.slow
+        assert slow is not None
+        keys = list(slow.keys)
+        i_use, i_free = keys.index("host.malloc_in_use"), keys.index("host.malloc_free")
+        planted = list(slow.values)
+        planted[i_use] = planted[i_free] = 2.0 ** 50  # 1 PiB: what no step's sample can read
+        i_rss_anon = keys.index("host.rss_anon")
+        planted[i_rss_anon] = 123.0  # any other slow value is the pass's own
+        slow.values = planted  # what a pass publishes: a new list
+        mw.step()
+        latest = mw.latest()
+        assert latest["host.rss_anon"] == 123.0
+        assert 0 < latest["host.malloc_in_use"] < 2.0 ** 40
+        assert 0 <= latest["host.malloc_free"] < 2.0 ** 40
+        mw.step()  # the same pass: not read again, the step's reading repeats
+        assert mw.latest()["host.malloc_in_use"] == latest["host.malloc_in_use"]

@@ -211,9 +211,16 @@ class Analyzer:
         """The noise a part of host memory read in the background carries in ``summary``
         (:func:`~memwatch.analysis.stats.shapes.read_noise`): its readings lie anywhere in
         ``host.rss``'s swing over the unit (peak less floor, less the unit's held rise), which
-        the per-step RSS sample measures. 0 for a metric read with every sample."""
+        the per-step RSS sample measures. 0 for a metric read with every sample, and for the
+        C allocator's in-use bytes: they are no part of RSS (RSS's swing at the per-step
+        sample is mostly the allocator taking and returning pages, which they do not count),
+        and every reading of theirs is taken at a step's sample, where the loop's temporaries
+        are freed (:meth:`memwatch.session.sampling.Sampling._at_step`): readings of what the
+        loop keeps, comparable with each other (a validation's 4 MiB tensor kept each epoch
+        reads as stairs of 3.73 MiB equal to 0.02 MiB, where RSS's swing in the first epoch
+        had given them a noise of 2.3 MiB and hidden the first stair)."""
         reads = summary.reads(metric)
-        if reads is None or not metric.startswith("host.") or metric == "host.rss":
+        if reads is None or not metric.startswith("host.") or metric in ("host.rss", IN_USE):
             return 0.0
         memo = self._rss_of
         if memo is None or memo[0] is not summary or memo[1] != first:

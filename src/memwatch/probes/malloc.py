@@ -1,4 +1,4 @@
-"""What the C allocator holds: glibc's ``mallinfo2()``, read in the background.
+"""What the C allocator holds: glibc's ``mallinfo2()``, read once a background pass.
 
 RSS says how much memory the process has; it cannot say whether that memory is *in use* or
 free memory the allocator keeps (glibc arenas keep freed chunks for reuse and return them to the
@@ -15,7 +15,8 @@ object explaining them is memory held by native code. ``mallinfo2`` exists from 
 elsewhere (musl, macOS, an older glibc) the metrics are absent and memwatch says it cannot tell
 the two apart. It walks the arenas' free lists under their locks: a few microseconds to a few
 milliseconds on fragmented heaps (``benchmarks/bench_malloc_info.py``), so it is never read per
-step.
+step: the session reads it again at the step after each background pass, where the loop's
+temporaries are freed (``Sampling._at_step``).
 
 Example::
 

@@ -33,6 +33,8 @@ _JOB_SHARED = ("host.rss", "host.uss", "host.pss", "host.rss_anon", "host.rss_sh
                "workers.uss", "workers.pss", "workers.rss")
 #: This process's own memory: what its address-space and data-segment limits bound.
 _OWN = ("host.rss", "host.uss", "host.pss", "host.rss_anon", "host.malloc_in_use")
+#: The background reader's metrics read again at a step's sample (see Sampling._at_step).
+_AT_STEP = ("host.malloc_in_use", "host.malloc_free")
 
 
 def _gated(probe: Probe) -> Callable[[], Sequence[float]]:
@@ -87,6 +89,10 @@ class Sampling:
         self._oom_kills_at_start: int | None = None
         #: A slow pass is owed at the next step (a unit started): see refresh_slow().
         self._refresh_due = False
+        #: The slow reader's columns read again at a step (_at_step), and whether the values
+        #: about to reach the timeline were read at a step already (the refresh's).
+        self._malloc_cols: tuple[int, ...] = ()
+        self._read_at_step = False
 
     def open(self) -> None:
         """Open the probes, make the timeline and start the background sampler."""
@@ -96,10 +102,14 @@ class Sampling:
         self._fast = [p for p in self.probes if p.fast_keys]
         self._bind()
         self.slow = SlowReader([p for p in self.probes if p.slow_keys], self._probe_failed)
+        slow_keys = list(self.slow.keys)
+        self._malloc_cols = tuple(slow_keys.index(k) for k in _AT_STEP if k in slow_keys)
         fast_keys = [k for p in self._fast for k in p.fast_keys]
         self.timeline = Timeline(fast_keys + list(self.slow.keys), capacity=cfg.capacity,
                                  buckets_per_epoch=cfg.buckets_per_epoch,
                                  n_fast=len(fast_keys))
+        if self._malloc_cols:
+            self.timeline.restate = self._at_step
         # The first slow values are read after the first step (the refresh a unit owes) and
         # recorded with it: a pass here as well read the same memory a few ms apart.
         self._refresh_due = True
@@ -224,6 +234,40 @@ class Sampling:
         step made, as the per-step RSS sample does."""
         self._refresh_due = True
 
+    def _at_step(self, slow: Sequence[float]) -> Sequence[float]:
+        """``slow``, a background pass's values, with the C allocator's in-use and free bytes
+        read again now, at a step's sample (the timeline's ``restate``: called when a pass's
+        values first reach a sample, once per pass; the hot path pays nothing more).
+
+        A pass runs at any moment of a step, when in-use bytes also hold the step's
+        temporaries (activations, a batch being collated): its reading lies anywhere between
+        what the loop keeps and that plus the temporaries, and a unit's floor or a stair read
+        from it moves by megabytes with the moment (beside a busy machine, a pass inside the
+        last step of an epoch read 2 MiB above what the epoch kept, and the 3.73 MiB stair a
+        validation kept read as 1.74). Read where every per-step sample is taken, the loop's
+        temporaries freed, in-use bytes are what the loop keeps, as the refresh at a unit's
+        first step and a check's closing reading are: every reading of theirs is then
+        comparable. ``mallinfo2`` once a pass (0.1 ms on a small heap, a few ms on a
+        fragmented one) on the training thread stays within the passes' share."""
+        host = self.probe("host") if self._malloc_cols else None
+        if self._read_at_step or host is None:
+            self._read_at_step = False
+            return slow
+        try:
+            with self._costs.timed("in-use at a step"):
+                now = host.malloc_now()
+        except Exception:  # noqa: BLE001 - evidence only: the pass's own reading stays
+            return slow
+        if not now:
+            return slow
+        out = list(slow)
+        keys = self.slow.keys  # type: ignore[union-attr]
+        for i in self._malloc_cols:
+            v = now.get(keys[i])
+            if v is not None and out[i] == out[i]:  # not the NaN of a failed probe
+                out[i] = float(v)
+        return out
+
     def _refresh(self) -> None:
         self._refresh_due = False
         if self.slow is None:
@@ -232,6 +276,9 @@ class Sampling:
             c0 = time.thread_time()
             with self._costs.timed("slow refresh"):
                 self.slow.poll()
+            # Read on this thread at a step's sample: in-use bytes already where a step
+            # leaves them (see _at_step).
+            self._read_at_step = True
             if self.sampler is not None:
                 self.sampler.passed(time.thread_time() - c0)
         except Exception as e:  # noqa: BLE001 - each probe guards itself; this is the backstop

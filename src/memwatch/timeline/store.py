@@ -25,7 +25,7 @@ its amortised cost is a fraction of a microsecond. What an epoch leaves behind:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -177,6 +177,11 @@ class Timeline:
         # (rows [_slow_from, _n) get _slow) when they change or before the rows are reduced.
         self._n_fast = m if n_fast is None else int(n_fast)
         self._slow: Sequence[float] | None = None
+        self._slow_src: Sequence[float] | None = None  # the reader's list _slow was made from
+        #: Called with the background reader's new values when they first reach a sample
+        #: (once per pass, on the recording thread); returns the values to store. The session
+        #: reads the C allocator's bytes again there, at the step (Sampling._at_step).
+        self.restate: Callable[[Sequence[float]], Sequence[float]] | None = None
         self._slow_from = 0
         self._flush_every = min(256, self.capacity // 2)
         self._epoch = _Span(m, buckets_per_epoch)  # the epoch in progress
@@ -208,8 +213,11 @@ class Timeline:
         mutated) at each poll: while it is the same object the slow columns are not written
         per sample, only when it changes and before the rows are read. O(1), and a few scalar
         writes instead of converting a list into a numpy row."""
-        if slow is not self._slow:
+        if slow is not self._slow_src:
             self._fill_slow()  # the rows so far get the values they were taken with
+            self._slow_src = slow
+            if self.restate is not None:
+                slow = self.restate(slow)
             self._slow = slow
             if any(v == v for v in slow):  # a pass's readings (not the NaN before the first)
                 self._epoch.slow_reads += 1
