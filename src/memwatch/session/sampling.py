@@ -89,9 +89,10 @@ class Sampling:
         self._oom_kills_at_start: int | None = None
         #: A slow pass is owed at the next step (a unit started): see refresh_slow().
         self._refresh_due = False
-        #: The slow reader's columns read again at a step (_at_step), and whether the values
-        #: about to reach the timeline were read at a step already (the refresh's).
-        self._malloc_cols: tuple[int, ...] = ()
+        #: The slow reader's columns read again at a step (_at_step), with their keys, and
+        #: whether the values about to reach the timeline were read at a step already (the
+        #: refresh's).
+        self._malloc_cols: tuple[tuple[int, str], ...] = ()
         self._read_at_step = False
 
     def open(self) -> None:
@@ -102,8 +103,8 @@ class Sampling:
         self._fast = [p for p in self.probes if p.fast_keys]
         self._bind()
         self.slow = SlowReader([p for p in self.probes if p.slow_keys], self._probe_failed)
-        slow_keys = list(self.slow.keys)
-        self._malloc_cols = tuple(slow_keys.index(k) for k in _AT_STEP if k in slow_keys)
+        self._malloc_cols = tuple((i, k) for i, k in enumerate(self.slow.keys)
+                                  if k in _AT_STEP)
         fast_keys = [k for p in self._fast for k in p.fast_keys]
         self.timeline = Timeline(fast_keys + list(self.slow.keys), capacity=cfg.capacity,
                                  buckets_per_epoch=cfg.buckets_per_epoch,
@@ -181,12 +182,8 @@ class Sampling:
             return {}
         keys = [k for p in self._fast for k in p.fast_keys]
         out = {k: float(v) for k, v in zip(keys, vals, strict=False)}
-        host = self.probe("host")
-        if host is not None:  # the C allocator's in-use bytes: a stair shows there at once
-            try:
-                out.update(host.malloc_now() or {})
-            except Exception:  # noqa: BLE001 - evidence only
-                pass
+        # The C allocator's in-use bytes: a stair shows there at once.
+        out.update(self._heap_now() or {})
         return out
 
     def rss_now(self) -> float | None:
@@ -204,13 +201,7 @@ class Sampling:
         unknown): what a check is measured by (memwatch's own growth is RSS it adds less what
         it frees back to the allocator, which the run's next allocations reuse; its in-use
         bytes are what it left handed out)."""
-        host = self.probe("host")
-        heap = None
-        if host is not None:
-            try:
-                heap = host.malloc_now()
-            except Exception:  # noqa: BLE001 - evidence only
-                heap = None
+        heap = self._heap_now()
         if heap is None:
             return self.rss_now(), None, None
         return self.rss_now(), heap["host.malloc_free"], heap["host.malloc_in_use"]
@@ -249,24 +240,30 @@ class Sampling:
         first step and a check's closing reading are: every reading of theirs is then
         comparable. ``mallinfo2`` once a pass (0.1 ms on a small heap, a few ms on a
         fragmented one) on the training thread stays within the passes' share."""
-        host = self.probe("host") if self._malloc_cols else None
-        if self._read_at_step or host is None:
+        if self._read_at_step:
             self._read_at_step = False
             return slow
-        try:
-            with self._costs.timed("in-use at a step"):
-                now = host.malloc_now()
-        except Exception:  # noqa: BLE001 - evidence only: the pass's own reading stays
-            return slow
-        if not now:
+        with self._costs.timed("in-use at a step"):
+            now = self._heap_now()
+        if not now:  # the pass's own reading stays
             return slow
         out = list(slow)
-        keys = self.slow.keys  # type: ignore[union-attr]
-        for i in self._malloc_cols:
-            v = now.get(keys[i])
+        for i, key in self._malloc_cols:
+            v = now.get(key)
             if v is not None and out[i] == out[i]:  # not the NaN of a failed probe
                 out[i] = float(v)
         return out
+
+    def _heap_now(self) -> dict[str, float] | None:
+        """The C allocator's in-use and free bytes now (the host probe's ``malloc_now``);
+        None without the host probe or ``mallinfo2``, or when the read fails (evidence only)."""
+        host = self.probe("host")
+        if host is None:
+            return None
+        try:
+            return host.malloc_now()  # type: ignore[no-any-return]
+        except Exception:  # noqa: BLE001 - evidence only
+            return None
 
     def _refresh(self) -> None:
         self._refresh_due = False
