@@ -157,9 +157,10 @@ def in_use_held(history: Mapping[str, list[EpochStats]], hist: list[EpochStats],
 def in_use_stairs(history: Mapping[str, list[EpochStats]], hist: list[EpochStats],
                   cfg: AnalyzerConfig) -> float | None:
     """Two equal stairs held (:func:`~memwatch.analysis.stats.held.held_stairs`) on the C
-    allocator's in-use bytes over ``hist``'s last two units, and RSS rose with them (by at least
-    :data:`NATIVE_SHARE` of the two stairs, and by more than its own threshold); the stair, or
-    None.
+    allocator's in-use bytes over ``hist``'s last two units, and RSS rose with them: by at least
+    :data:`NATIVE_SHARE` of the two stairs from the previous unit's end floor to this unit's
+    check (two quiet readings), or to its peak and by more than its own threshold; the stair,
+    or None.
 
     RSS shows a boundary's memory late when the allocator hands out chunks it kept free (a 4 MiB
     tensor kept by a validation reused freed heap, and RSS grew over the next epoch instead);
@@ -173,10 +174,16 @@ def in_use_stairs(history: Mapping[str, list[EpochStats]], hist: list[EpochStats
     stair = cfg.stairs(heap)
     if stair is None:
         return None
-    top = max(hist[-1].peak, hist[-1].closing or hist[-1].peak)
+    need = NATIVE_SHARE * 2 * stair
+    closing = hist[-1].closing
+    if closing is not None and closing - hist[-2].lo_end >= need:
+        # Between two quiet readings (the previous unit's end floor, this unit's check): no
+        # step's temporaries in either, so the unit's threshold, which the step RSS took inside
+        # it inflates (a 6 MiB rise read as 16 MiB of noise), is no noise of theirs.
+        return stair
+    top = max(hist[-1].peak, closing or hist[-1].peak)
     rss_rise = top - hist[-2].lo_end
-    return stair if rss_rise >= NATIVE_SHARE * 2 * stair and rss_rise > hist[-1].threshold \
-        else None
+    return stair if rss_rise >= need and rss_rise > hist[-1].threshold else None
 
 
 def native_or_retention(*, origin: Origin, metric: str, units: list[EpochStats], slope: float,
