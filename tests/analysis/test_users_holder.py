@@ -233,3 +233,46 @@ def test_every_module_of_memwatch_is_its_own_file() -> None:
     for mod in (memwatch.timeline.store, memwatch.session.session, memwatch):
         assert ownership.is_own_file(os.path.abspath(mod.__file__ or "")), mod
         assert not ownership.is_user_file(os.path.abspath(mod.__file__ or "")), mod
+
+
+_TRIALS: list[torch.optim.Optimizer] = []  # a search that keeps every trial's optimizer
+
+
+def _trial() -> None:
+    model = torch.nn.Linear(256, 256, bias=False)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.ones(4, 256)).sum().backward()
+    opt.step()
+    _TRIALS.append(opt)
+
+
+def _grad_holder() -> object:
+    return H.find_holder(id(_TRIALS[-1].param_groups[0]["params"][0].grad))
+
+
+def test_a_group_is_named_from_another_of_its_objects_where_one_has_no_python_referrer() -> None:
+    """accelerate#84's shape: each trial keeps its weight's ``.grad`` (held in C++: nothing in
+    Python refers to it) and Adam's two moments, one group of three tensors of one shape a
+    trial. Where the walk starts from a gradient, it tries another of the group: the group is
+    named by the list of optimizers, not dropped for the next group (the weights)."""
+    _TRIALS.clear()
+    for _ in range(2):
+        _trial()
+    prev = C.take_census()
+    for _ in range(6):
+        _trial()
+    cur = C.take_census()
+    # The mechanism: nothing in Python refers to a parameter's .grad (its walk names nothing).
+    assert _grad_holder() is None
+    grads = {id(p.grad) for o in _TRIALS for g in o.param_groups for p in g["params"]}
+    (key,) = [k for k, g in cur.groups.items() if g.shape == (256, 256) and not g.requires_grad]
+    group = cur.groups[key]
+    assert grads <= set(group.ids)  # the gradients are of the moments' group
+    # The walk starts from the middle of what the group gained: a gradient, here.
+    others = [i for i in group.ids if i not in grads]
+    group.ids[:] = others[:len(others) // 2] + sorted(grads) + others[len(others) // 2:]
+    a = _attribute(prev, cur)
+    assert a.group is not None and a.group.group.shape == (256, 256) and \
+        not a.group.group.requires_grad, a.group
+    assert a.holder is not None and "_TRIALS" in a.holder.path, a.holder
+    _TRIALS.clear()

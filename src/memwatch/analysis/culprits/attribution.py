@@ -73,8 +73,12 @@ def attribute(metric: str, cur: EpochStats, pair: CensusPair | None,
     for g in growths[:6] + [g for g in growths[6:] if g.graph_nodes_delta > 0][:4]:
         ids = g.new_ids or g.group.ids
         if ids:
-            cands.append(_Candidate(float(g.effective_bytes), ids[len(ids) // 2], group=g))
-    objs = weigh.objects_for({c.target for c in cands} | {g.obj_id for g in grown[:12]}
+            mid = ids[len(ids) // 2]
+            cands.append(_Candidate(float(g.effective_bytes), mid, group=g,
+                                    others=tuple(dict.fromkeys(i for i in (ids[0], ids[-1])
+                                                               if i != mid))))
+    objs = weigh.objects_for({c.target for c in cands} | {i for c in cands for i in c.others}
+                             | {g.obj_id for g in grown[:12]}
                              | {i for c in cands if c.group is not None
                                 and c.group.graph_nodes_delta > 0
                                 for i in _graph_sample(c.group)})
@@ -117,16 +121,24 @@ def attribute(metric: str, cur: EpochStats, pair: CensusPair | None,
         for c in walk_order:
             if time.thread_time() > deadline or c.bytes <= 0:
                 break
-            # Out of the dict before the walk: a container of ours must not be reported as the
-            # holder (our frames are skipped, our dicts would not be).
-            target = objs.pop(c.target, None)
-            if target is None:
-                continue
-            # (``objs`` still holds the other candidates, a container among them: not a holder)
-            holder, reasons[id(c)] = holders_mod.walk(
-                target, budget_s=max(deadline - time.thread_time(), 0.1),
-                ignore=(id(objs), id(owners), id(reasons)), owners=owners, arrays=arrays)
-            del target
+            holder = None
+            for i in (c.target, *c.others):
+                # Out of the dict before the walk: a container of ours must not be reported as
+                # the holder (our frames are skipped, our dicts would not be).
+                target = objs.pop(i, None)
+                if target is None:
+                    continue
+                # (``objs`` still holds the other candidates, a container among them: not a
+                # holder)
+                holder, reasons[id(c)] = holders_mod.walk(
+                    target, budget_s=max(deadline - time.thread_time(), 0.1),
+                    ignore=(id(objs), id(owners), id(reasons)), owners=owners, arrays=arrays)
+                del target
+                # Another of the group only where this one has no Python referrer at all (a
+                # parameter's ``.grad``, held in C++, in a group with Adam's moments): it says
+                # nothing of who keeps the rest.
+                if holder is not None or reasons[id(c)] != holders_mod.NO_REFERRER:
+                    break
             if holder is None:
                 continue
             out.holder = holder
@@ -287,6 +299,8 @@ class _Candidate:
     group: GroupGrowth | None = None
     container: _Container | None = None
     graph_nodes: int = 0  # nodes of the named tensor's autograd graph (graph growth)
+    #: Other objects of the group to walk from, where the target has no Python referrer.
+    others: tuple[int, ...] = ()
 
     def per_check(self) -> int:
         """Objects (elements, tensors, autograd nodes) added since the last census."""
