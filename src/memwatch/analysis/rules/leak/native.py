@@ -41,7 +41,7 @@ from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.core.findings import Finding, Origin, Severity
 from memwatch.core.units import fmt_bytes
 
-__all__ = ["IN_USE", "PART", "HeapGrowth", "heap_growth", "in_use_held", "in_use_leak",
+__all__ = ["IN_USE", "PART", "HeapGrowth", "at_checks", "heap_growth", "in_use_held", "in_use_leak",
            "in_use_stairs", "native_or_retention"]
 
 #: This part of the leak rule, as its findings name it.
@@ -103,7 +103,9 @@ def _by_unit(history: Mapping[str, list[EpochStats]], metric: str) -> dict[str, 
     return {h.unit: h for h in history.get(metric, [])}
 
 
-def _at_checks(a: EpochStats | None, b: EpochStats | None) -> float | None:
+def at_checks(a: EpochStats | None, b: EpochStats | None) -> float | None:
+    """How much a metric grew from the check that closed ``a`` to the one that closed ``b``
+    (their closing readings); None where either is missing."""
     if a is None or b is None or a.closing is None or b.closing is None:
         return None
     return b.closing - a.closing
@@ -120,13 +122,13 @@ def heap_growth(history: Mapping[str, list[EpochStats]],
     free_units = _by_unit(history, FREE)
     fa, fb = free_units.get(units[0].unit), free_units.get(units[-1].unit)
     between = [by_unit[u.unit] for u in units if u.unit in by_unit]
-    in_use_at, free_at = _at_checks(a, b), _at_checks(fa, fb)
+    in_use_at, free_at = at_checks(a, b), at_checks(fa, fb)
     return HeapGrowth(in_use=b.floor - a.floor,
                       in_use_threshold=max(h.threshold for h in between),
                       free=None if fa is None or fb is None else fb.floor - fa.floor,
                       heap_at_checks=None if in_use_at is None or free_at is None
                       else in_use_at + free_at,
-                      rss_at_checks=_at_checks(units[0], units[-1]))
+                      rss_at_checks=at_checks(units[0], units[-1]))
 
 
 def in_use_held(history: Mapping[str, list[EpochStats]], hist: list[EpochStats],

@@ -153,8 +153,7 @@ def _between_checks(units: list[EpochStats], pair: CensusPair | None) -> float |
     missing, or the earlier census was not taken at the check that closed ``units[-2]``."""
     if pair is None or len(units) < 2 or pair[1].step - pair[0].step != units[-1].n_steps:
         return None
-    a, b = units[-2].closing, units[-1].closing
-    return None if a is None or b is None else b - a
+    return native.at_checks(units[-2], units[-1])
 
 
 def _past_placement(hist: list[EpochStats], cfg: AnalyzerConfig,
