@@ -181,6 +181,32 @@ def test_the_stairs_tolerance_comes_from_the_measured_noise() -> None:
     assert cfg.stairs([quiet, unit(GIB + s1, GIB + s1 + s1 + 300 * 1024, 0.0)]) is None
 
 
+def test_a_stair_leaks_rate_is_averaged_over_every_period_since_it_began() -> None:
+    """Recorded (an HF evaluation keeping 8 MiB of logits, under load): RSS closed each period
+    8-9 MiB higher but once 16.7 (the allocator taking a new region); the last three periods
+    said 8.0 MiB a period where the run's RSS rose 10.4, and the forecast missed by 34%. The
+    periods before the leak began (flat closings) are not part of its rate."""
+    from memwatch.analysis.rules.leak.rule import _period
+    from memwatch.analysis.stats.shapes import EpochStats
+    from memwatch.analysis.stats.trend import Trend
+
+    def unit(closing: float | None) -> EpochStats:
+        t = Trend(25, 0, 0, 1, 0, 0, 0, GIB, 0, 0)
+        return EpochStats(0, "host.rss", 25, 25, 0.01, GIB, GIB, GIB, GIB, GIB, 0.0, t, 0.0,
+                          256 * 1024, "flat", closing=closing)
+
+    closings = [402.66, 413.34, 422.57, None, 447.98, 456.06, 464.06]
+    hist = [unit(None if c is None else c * MIB) for c in closings]
+    stair = 8.03 * MIB
+    assert _period(hist, stair) == pytest.approx((464.06 - 402.66) / 6 * MIB)
+    flat_first = [unit(c * MIB) for c in (380.0, 380.2, 380.1)] + hist
+    assert _period(flat_first, stair) == pytest.approx((464.06 - 380.1) / 7 * MIB)
+    # A leak whose periods add just the stair: the stair; no closings: the stair.
+    even = [unit((400 + 8.03 * i) * MIB) for i in range(5)]
+    assert _period(even, stair) == pytest.approx(stair)
+    assert _period([unit(None), unit(None)], stair) == stair
+
+
 def test_flat_checks_needed_follow_the_noise() -> None:
     from memwatch.analysis.stats.shapes import EpochStats
     from memwatch.analysis.stats.trend import Trend

@@ -374,7 +374,28 @@ def summarize(answers: list[dict[str, Any]]) -> WorkerGrowth:
             bytes_delta=sum(float(e.get("bytes_delta", 0) or 0) for e in grew) / len(grew),
             element=str(grew[-1].get("element", "") or ""), workers=len(grew),
             before=round(sum(_int(e.get("before")) for e in grew) / len(grew))))
-    attrs.sort(key=lambda a: a.bytes_delta * a.workers, reverse=True)
+    if attrs:
+        attrs.sort(key=lambda a: a.bytes_delta * a.workers, reverse=True)
+    else:
+        attrs = _grown_before(by_name)
     datasets = sorted({str(d.get("dataset", "?")) for d in answers})
     return WorkerGrowth(answered=len(answers), attrs=attrs, datasets=datasets,
                         seqs=sorted({int(d.get("seq", 0) or 0) for d in answers}))
+
+
+def _grown_before(by_name: dict[str, list[dict[str, Any]]]) -> list[WorkerAttr]:
+    """Containers that grew in the stretch before the latest request a worker saw, when none
+    grew since: a worker sees a request up to :data:`POLL_S` (and its scheduling) late, so
+    where a stretch between checks is shorter than that (epochs of 0.3 s), all it made after
+    the request is counted before it. Their growth since is 0 and unweighed; ordered by it."""
+    out = []
+    for name, entries in by_name.items():
+        grew = [e for e in entries if _int(e.get("before")) > 0]
+        if grew:
+            out.append(WorkerAttr(
+                name=name, kind=str(grew[0].get("kind", "")),
+                length=max(int(e.get("len", 0) or 0) for e in entries), len_delta=0,
+                bytes_delta=0.0, element="", workers=len(grew),
+                before=round(sum(_int(e.get("before")) for e in grew) / len(grew))))
+    out.sort(key=lambda a: a.before * a.workers, reverse=True)
+    return out

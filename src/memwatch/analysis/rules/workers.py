@@ -199,12 +199,21 @@ def _held_in_workers(workers: int, grown: WorkerGrowth | None
     a = grown.attrs[0]
     what = f"{a.length:,} {a.element or 'items'}" if a.element else f"{a.length:,} items"
     owner = a.name.split(".", 1)[0]
-    held = (f"set on about {a.length:,} {owner} objects, on +{a.len_delta:,} more per worker"
-            if a.kind == "attribute" else
-            f"{a.kind}, {what}, +{a.len_delta:,} per worker")
-    culprit = (f"`{a.name}` in each DataLoader worker ({held} since the last check, about "
-               f"+{fmt_bytes(a.bytes_delta)} per worker, growing in {a.workers} of "
-               f"{grown.answered} workers)")
+    if a.len_delta <= 0:
+        # Nothing since the latest request a worker saw, all of it in the stretch before: a
+        # worker sees a request up to a poll late, after it made a short stretch's samples.
+        held = (f"set on about {a.length:,} {owner} objects" if a.kind == "attribute" else
+                f"{a.kind}, {what}")
+        culprit = (f"`{a.name}` in each DataLoader worker ({held}, +{a.before:,} per worker "
+                   f"in the stretch before the workers saw the last check, growing in "
+                   f"{a.workers} of {grown.answered} workers)")
+    else:
+        held = (f"set on about {a.length:,} {owner} objects, on +{a.len_delta:,} more per "
+                "worker" if a.kind == "attribute" else
+                f"{a.kind}, {what}, +{a.len_delta:,} per worker")
+        culprit = (f"`{a.name}` in each DataLoader worker ({held} since the last check, "
+                   f"about +{fmt_bytes(a.bytes_delta)} per worker, growing in {a.workers} of "
+                   f"{grown.answered} workers)")
     if a.kind == "attribute":
         fix = (f"`{a.name}` is filled in on every {owner} a worker reads (a "
                "`functools.cached_property`, a lazily opened file or model) and kept for the "
