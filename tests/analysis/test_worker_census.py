@@ -139,6 +139,37 @@ def test_the_census_confirms_a_leak_only_when_a_container_keeps_growing() -> Non
     assert not rule._held_in_census(None, uss, rss, 2, cfg)
 
 
+def test_a_stretch_the_workers_had_already_fed_does_not_hide_the_one_before() -> None:
+    """Recorded in a full suite: a check at step 100 of a 120-step epoch, then the epoch's end;
+    the workers, a poll late, had fed both before seeing either, so the stretch between them
+    showed +0 (or +96) and the cache (+1,888, then +1,760) was confirmed one check late. The
+    stretch before that one counts as "before the last check"; a cache filled once still
+    levels off."""
+    cfg = AnalyzerConfig()
+    uss = _unit(8 * 2**20)
+
+    def grown(earlier: int, before: int, after: int) -> WorkerGrowth:
+        g = _grown(before, after, 4.0)
+        g.attrs[0].earlier = earlier
+        return g
+
+    assert rule._held_in_census(grown(1888, 0, 1760), uss, uss, 2, cfg)
+    assert not rule._held_in_census(grown(1888, 0, 300), uss, uss, 2, cfg)  # filled once
+    assert not rule._held_in_census(grown(1888, 96, 300), uss, uss, 2, cfg)
+    assert not rule._held_in_census(grown(0, 0, 1760), uss, uss, 2, cfg)  # workers just began
+    # The worker keeps the stretch before the last two requests it saw.
+    ds = _Data()
+    answers = WC._Answers(ds, seq=0)
+    ds.reader.cache.update((i, b"") for i in range(30))
+    answers.update(seq=1)
+    answers.update(seq=2)  # a stretch in which nothing was added
+    ds.reader.cache.update((i, b"") for i in range(30, 40))
+    answers.update(seq=2)
+    entry = answers.doc(os.getpid(), 0)["attrs"]["_Data.reader.cache"]
+    assert (entry["earlier"], entry["before"], entry["len_delta"]) == (30, 0, 10)
+    assert WC.summarize([answers.doc(os.getpid(), 0)]).attrs[0].earlier == 30
+
+
 def test_without_answers_the_culprit_says_why() -> None:
     culprit, _, ev = rule._held_in_workers(2, WorkerGrowth(answered=0))
     assert culprit.endswith("(no worker answered a census yet)") and ev["worker_census"]

@@ -372,6 +372,9 @@ class WorkerAttr:
     #: Elements each gained in the stretch between checks before that (mean; 0: it did not
     #: grow then, or the workers started since).
     before: int = 0
+    #: ... and in the stretch before that (a stretch shorter than a worker's poll shows
+    #: nothing of its own: what it made counts in the next).
+    earlier: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

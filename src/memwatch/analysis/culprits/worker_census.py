@@ -198,8 +198,10 @@ def _wait_for_worker() -> Any:
 class _Answers:
     """One worker's censuses: the lengths of its Dataset's containers at the last two requests
     it saw, and now. An answer says, per container, what it gained since the latest request
-    (the check the main process is in the middle of: ``len_delta``, weighed) and between the two
-    requests before (the previous stretch between checks: ``before``)."""
+    (the check the main process is in the middle of: ``len_delta``, weighed), between the two
+    requests before (the previous stretch between checks: ``before``) and in the stretch before
+    that (``earlier``): a worker sees a request up to a poll late, so a stretch shorter than
+    that (a check inside an epoch a few steps before its end) can show nothing of its own."""
 
     def __init__(self, dataset: Any, seq: int) -> None:
         self.dataset = dataset
@@ -208,6 +210,7 @@ class _Answers:
         self.now, self.cpu_ms = dataset_lengths(dataset, self.refs)
         self.at_request = dict(self.now)  # lengths at the latest request seen
         self.before: dict[str, int] = {}  # gained between the two latest requests
+        self.earlier: dict[str, int] = {}  # ... and between the two before those
         self.weights: dict[str, tuple[float, str]] = {}
 
     def update(self, seq: int) -> bool:
@@ -216,6 +219,7 @@ class _Answers:
         now, self.cpu_ms = dataset_lengths(self.dataset, self.refs)
         changed = now != self.now or seq > self.seq
         if seq > self.seq:
+            self.earlier = self.before
             self.before = {k: n - self.at_request[k][0] for k, (n, kind) in now.items()
                            if k in self.at_request and self.at_request[k][1] == kind}
             self.at_request = dict(now)
@@ -230,7 +234,8 @@ class _Answers:
             base = self.at_request.get(name)
             delta = n - base[0] if base is not None and base[1] == kind else 0
             entry: dict[str, Any] = {"kind": kind, "len": n, "len_delta": delta,
-                                     "before": self.before.get(name, 0)}
+                                     "before": self.before.get(name, 0),
+                                     "earlier": self.earlier.get(name, 0)}
             if delta > 0:
                 entry["bytes_delta"], entry["element"] = self._weigh(name, kind, n, delta)
             attrs[name] = entry
@@ -373,7 +378,7 @@ def summarize(answers: list[dict[str, Any]]) -> WorkerGrowth:
             len_delta=round(sum(e["len_delta"] for e in grew) / len(grew)),
             bytes_delta=sum(float(e.get("bytes_delta", 0) or 0) for e in grew) / len(grew),
             element=str(grew[-1].get("element", "") or ""), workers=len(grew),
-            before=round(sum(_int(e.get("before")) for e in grew) / len(grew))))
+            before=_mean(grew, "before"), earlier=_mean(grew, "earlier")))
     if attrs:
         attrs.sort(key=lambda a: a.bytes_delta * a.workers, reverse=True)
     else:
@@ -381,6 +386,10 @@ def summarize(answers: list[dict[str, Any]]) -> WorkerGrowth:
     datasets = sorted({str(d.get("dataset", "?")) for d in answers})
     return WorkerGrowth(answered=len(answers), attrs=attrs, datasets=datasets,
                         seqs=sorted({int(d.get("seq", 0) or 0) for d in answers}))
+
+
+def _mean(entries: list[dict[str, Any]], key: str) -> int:
+    return round(sum(_int(e.get(key)) for e in entries) / len(entries))
 
 
 def _grown_before(by_name: dict[str, list[dict[str, Any]]]) -> list[WorkerAttr]:
@@ -395,7 +404,7 @@ def _grown_before(by_name: dict[str, list[dict[str, Any]]]) -> list[WorkerAttr]:
             out.append(WorkerAttr(
                 name=name, kind=str(grew[0].get("kind", "")),
                 length=max(int(e.get("len", 0) or 0) for e in entries), len_delta=0,
-                bytes_delta=0.0, element="", workers=len(grew),
-                before=round(sum(_int(e.get("before")) for e in grew) / len(grew))))
+                bytes_delta=0.0, element="", workers=len(grew), before=_mean(grew, "before"),
+                earlier=_mean(grew, "earlier")))
     out.sort(key=lambda a: a.before * a.workers, reverse=True)
     return out

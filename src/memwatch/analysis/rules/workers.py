@@ -95,7 +95,11 @@ def _held_in_census(grown: WorkerGrowth | None, cur: EpochStats, rss: EpochStats
     if grown is None or not grown.attrs or cur.shape != "growing":
         return False
     a = grown.attrs[0]
-    if a.before <= 0 or a.len_delta < cfg.deceleration * a.before:
+    # Before the last check: the stretch before it, or the one before that where it was
+    # shorter than a worker's poll (a check a few steps before an epoch's end, which the
+    # workers had already fed) and showed nothing.
+    prior = max(a.before, a.earlier)
+    if prior <= 0 or a.len_delta < cfg.deceleration * prior:
         return False
     uss_gain = max(cur.rise, cur.growth)
     if rss is None or max(rss.rise, rss.growth) < 0.5 * uss_gain:
