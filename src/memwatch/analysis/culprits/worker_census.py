@@ -33,6 +33,7 @@ Files, under ``<out_dir>/workers/``: ``request`` (the main's sequence number) an
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -367,22 +368,16 @@ def summarize(answers: list[dict[str, Any]]) -> WorkerGrowth:
         for name, e in doc["attrs"].items():
             if isinstance(e, dict) and isinstance(e.get("len_delta"), int | float):
                 by_name.setdefault(str(name), []).append(e)
-    attrs = []
-    for name, entries in by_name.items():
-        grew = [e for e in entries if e["len_delta"] > 0]
-        if not grew:
-            continue
-        attrs.append(WorkerAttr(
-            name=name, kind=str(grew[0].get("kind", "")),
-            length=max(int(e.get("len", 0) or 0) for e in entries),
-            len_delta=round(sum(e["len_delta"] for e in grew) / len(grew)),
-            bytes_delta=sum(float(e.get("bytes_delta", 0) or 0) for e in grew) / len(grew),
-            element=str(grew[-1].get("element", "") or ""), workers=len(grew),
-            before=_mean(grew, "before"), earlier=_mean(grew, "earlier")))
+    attrs = _grown(by_name, "len_delta")
     if attrs:
         attrs.sort(key=lambda a: a.bytes_delta * a.workers, reverse=True)
     else:
-        attrs = _grown_before(by_name)
+        # None grew since the latest request a worker saw: a worker sees a request up to
+        # :data:`POLL_S` (and its scheduling) late, so where a stretch between checks is
+        # shorter than that (epochs of 0.3 s), all it made after the request counts before
+        # it. Named from that stretch, its growth since 0 and unweighed.
+        attrs = sorted((dataclasses.replace(a, len_delta=0) for a in _grown(by_name, "before")),
+                       key=lambda a: a.before * a.workers, reverse=True)
     datasets = sorted({str(d.get("dataset", "?")) for d in answers})
     return WorkerGrowth(answered=len(answers), attrs=attrs, datasets=datasets,
                         seqs=sorted({int(d.get("seq", 0) or 0) for d in answers}))
@@ -392,19 +387,18 @@ def _mean(entries: list[dict[str, Any]], key: str) -> int:
     return round(sum(_int(e.get(key)) for e in entries) / len(entries))
 
 
-def _grown_before(by_name: dict[str, list[dict[str, Any]]]) -> list[WorkerAttr]:
-    """Containers that grew in the stretch before the latest request a worker saw, when none
-    grew since: a worker sees a request up to :data:`POLL_S` (and its scheduling) late, so
-    where a stretch between checks is shorter than that (epochs of 0.3 s), all it made after
-    the request is counted before it. Their growth since is 0 and unweighed; ordered by it."""
+def _grown(by_name: dict[str, list[dict[str, Any]]], key: str) -> list[WorkerAttr]:
+    """Per container, the workers' answers in which ``key`` (``len_delta``: since the latest
+    request; ``before``: the stretch before it) is positive, as one value (their means)."""
     out = []
     for name, entries in by_name.items():
-        grew = [e for e in entries if _int(e.get("before")) > 0]
+        grew = [e for e in entries if isinstance(e.get(key), int | float) and e[key] > 0]
         if grew:
             out.append(WorkerAttr(
                 name=name, kind=str(grew[0].get("kind", "")),
-                length=max(int(e.get("len", 0) or 0) for e in entries), len_delta=0,
-                bytes_delta=0.0, element="", workers=len(grew), before=_mean(grew, "before"),
-                earlier=_mean(grew, "earlier")))
-    out.sort(key=lambda a: a.before * a.workers, reverse=True)
+                length=max(int(e.get("len", 0) or 0) for e in entries),
+                len_delta=round(sum(e["len_delta"] for e in grew) / len(grew)),
+                bytes_delta=sum(float(e.get("bytes_delta", 0) or 0) for e in grew) / len(grew),
+                element=str(grew[-1].get("element", "") or ""), workers=len(grew),
+                before=_mean(grew, "before"), earlier=_mean(grew, "earlier")))
     return out
