@@ -259,3 +259,36 @@ def test_a_withdrawn_notice_is_never_said() -> None:
     w.end_check()
     w.flush()
     assert "train/host/1" not in w.told
+
+
+def test_a_native_memory_leak_is_weighed_on_the_in_use_bytes_it_named() -> None:
+    """A native-memory verdict says the C allocator's in-use bytes grow. When they stop while
+    RSS goes on growing from chunks the allocator keeps free (retention, its own finding), the
+    leak belief is withdrawn on the in-use bytes' flat floors; RSS's growth does not keep it
+    standing to the end of the run."""
+    keys = ["host.rss", "host.malloc_in_use", "host.malloc_free"]
+    tl, an = Timeline(keys), Analyzer(evidence=RecordedEvidence())
+    grow = 8 * MIB / STEPS  # a step
+    fs: list[Finding] = []
+    for e in range(8):
+        for i in range(STEPS):
+            s = e * STEPS + i
+            in_use = min(s, 3 * STEPS) * grow  # native growth for three epochs, then none
+            free = max(s - 3 * STEPS, 0) * grow  # then freed chunks kept: RSS goes on
+            tl.append(s + 1, float(s), [GIB + s * grow, 512 * MIB + in_use, 8 * MIB + free])
+        end = (e + 1) * STEPS
+        closing = {"host.rss": GIB + end * grow,
+                   "host.malloc_in_use": 512 * MIB + min(end, 3 * STEPS) * grow,
+                   "host.malloc_free": 8 * MIB + max(end - 3 * STEPS, 0) * grow}
+        fs += an.check(tl.end_epoch(), CheckContext(
+            origin=Origin(epoch=e, step=end, check=e), closing=closing,
+            limits={"host.rss": 64 * GIB}, census="always"))
+    native = [f for f in fs if f.evidence.get("pattern") == "native_memory"]
+    assert native, [(f.kind, f.rule, f.evidence.get("pattern"), f.epoch) for f in fs]
+    bid = native[0].belief
+    states = [c["state"] for c in history(fs, bid)]
+    assert states[0] == "leak" and states[-1] == "stopped", states
+    stop = [f for f in fs if f.belief == bid and state_of(f) == "stopped"][-1]
+    assert "in-use bytes stopped growing" in stop.message, stop.message
+    assert [state_of(f) for f in current(fs) if f.belief == bid] == ["stopped"]
+    assert any(f.kind == "allocator_retention" for f in fs if (f.epoch or 0) > 3)

@@ -480,3 +480,33 @@ def test_growth_before_the_first_census_is_not_claimed_as_native_memory() -> Non
 
     assert run(stops=False), "a leak that keeps growing between the checks is native memory"
     assert run(stops=True) == []
+
+
+def test_in_use_bytes_handed_out_before_the_first_census_are_no_native_memory() -> None:
+    """Recorded from a clean Lightning fit whose ``deque(maxlen=64)`` of 200 KiB tensors filled
+    at the end of epoch 1 (the CI failure of stop 51): the allocator's in-use bytes, read once
+    in a unit, rose by 5.9 MiB from epoch 1's floor to epoch 2's (the fill, read before epoch
+    1's check), and not at all from epoch 1's check to epoch 2's, where the census pair was
+    taken; RSS kept growing because glibc kept each replaced tensor's chunk free. The census
+    had nothing to explain in in-use bytes: retention, never a native-memory leak."""
+    steps, fill, grow = 200, 6 * MIB, 6 * MIB
+    keys = ["host.rss", "host.malloc_in_use", "host.malloc_free"]
+    tl, analyzer = Timeline(keys), Analyzer(evidence=RecordedEvidence())
+    found: list[Finding] = []
+    for e in range(5):
+        in_use = 512 * MIB + min(e, 2) * fill  # flat inside a unit: a late jump in 0 and 1
+        for i in range(steps):
+            s = e * steps + i
+            kept = max(0, s - 2 * steps) * grow / steps  # freed chunks glibc keeps, from e2
+            tl.append(s + 1, float(s), [GIB + s * grow / steps, in_use, 8 * MIB + kept])
+        end = (e + 1) * steps
+        closing = {"host.rss": GIB + end * grow / steps,
+                   "host.malloc_in_use": 512 * MIB + min(e + 1, 2) * fill,
+                   "host.malloc_free": 8 * MIB + max(0, end - 2 * steps) * grow / steps}
+        at = analyzer.check(tl.end_epoch(), CheckContext(closing=closing,
+                                                         limits={"host.rss": 64 * GIB}))
+        found += at if e >= 2 else []
+    native = [f for f in found if f.rule == "native"]
+    assert native, "the heap's growth between the checks is retention, said"
+    assert {f.kind for f in native} == {"allocator_retention"}, \
+        [(f.kind, f.evidence.get("pattern"), f.epoch) for f in native]

@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 
 from memwatch.analysis.evidence import HolderSize
 from memwatch.analysis.rules.base import RuleInput
+from memwatch.analysis.rules.leak.native import IN_USE
 from memwatch.analysis.rules.leak.rule import BELIEF
 from memwatch.analysis.rules.words import where
 from memwatch.analysis.stats.shapes import EpochStats
@@ -58,6 +59,8 @@ LEAK_STATES = ("leak", "bounded", "stopped")
 MAX_FLAT = 6
 #: Beliefs kept per book (the oldest stopped ones go first): memory stays bounded.
 MAX_BELIEFS = 64
+#: Leak patterns whose evidence is the C allocator's in-use bytes (rules.leak.native).
+IN_USE_PATTERNS = frozenset({"native_memory", "in_use_growth"})
 
 F = TypeVar("F", bound=Finding | Mapping[str, Any])
 
@@ -157,6 +160,10 @@ class Belief:
         base: the floor before the growth (bytes), ``rate``: its last rate (bytes a step).
         flat: checks in a row whose floor did not rise; ``length``: the holder's items at the
             last check that measured it.
+        series: the series the leak is weighed on when it is not ``metric``: the C allocator's
+            in-use bytes for a leak no holder was named for and whose evidence they are (the
+            verdict said *they* grow; RSS can go on growing from what the allocator keeps free,
+            which is no evidence that they still do).
     """
 
     id: str
@@ -173,6 +180,7 @@ class Belief:
     flat_since: int | None = None
     length: int | None = None
     size: HolderSize | None = None
+    series: str | None = None
 
 
 def _name(path: str) -> str:
@@ -345,13 +353,16 @@ class Beliefs:
             if size is not None:
                 b.length, b.size = size.length, size
         b.metric = f.metric
+        b.series = IN_USE if st == "leak" and b.holder is None and \
+            f.evidence.get("pattern") in IN_USE_PATTERNS else None
         b.state = st
         b.latest = f = _annotated(f, b.id, st, change, was)
         return f
 
     def _weigh(self, b: Belief, inp: RuleInput) -> Finding | None:
         """A leak belief this check said nothing new about: still growing, or stopped?"""
-        hist = inp.history.get(b.metric)
+        series = b.series if b.series is not None and inp.history.get(b.series) else b.metric
+        hist = inp.history.get(series)
         if not hist:
             return None
         cur = hist[-1]
@@ -360,7 +371,7 @@ class Beliefs:
         # glibc places each unit's allocations moves a leak-free floor (AnalyzerConfig.
         # unnamed_min_growth, measured on the corpus controls): a stopped leak's RSS still
         # creeps by a MiB or two as the allocator settles.
-        thr = max(cur.threshold, _placement(b.metric, inp))
+        thr = max(cur.threshold, _placement(series, inp))
         grew = (cur.shape == "growing" and cur.growth > thr) or cur.rise > thr or \
             (cur.stair or 0.0) > thr or (prev is not None and cur.floor - prev.lo_end > thr)
         size = inp.evidence.holder_size(b.holder) if b.holder is not None else None
@@ -381,11 +392,15 @@ class Beliefs:
             b.flat_since = inp.summary.start_step
             if prev is not None and prev.shape != "growing" and prev.rise <= thr:
                 b.flat_since = max(inp.summary.start_step - prev.n_steps, 0)
-        if b.flat < flat_checks_needed(b.rate, cur, full, _placement(b.metric, inp)):
+        if b.flat < flat_checks_needed(b.rate, cur, full, _placement(series, inp)):
             return None
-        return self._stopped(b, cur, inp.ctx.origin)
+        return self._stopped(b, (inp.history.get(b.metric) or hist)[-1], inp.ctx.origin,
+                             weighed_on=series)
 
-    def _stopped(self, b: Belief, cur: EpochStats, origin: Origin) -> Finding:
+    def _stopped(self, b: Belief, cur: EpochStats, origin: Origin,
+                 weighed_on: str | None = None) -> Finding:
+        """``b`` stopped (``cur``: its metric's latest unit); ``weighed_on``: the series whose
+        flat floors said so, where it is not the metric."""
         was = b.state
         held = cur.floor - b.base if b.base is not None else None
         size, bound = b.size, b.size.bound if b.size is not None else None
@@ -399,6 +414,11 @@ class Beliefs:
             msg = (f"{_what(b)} filled its bound and stopped at {at or 'its bound'}{own}, as "
                    f"expected: {flat}.")
             change = None
+        elif weighed_on == IN_USE and b.metric != IN_USE:
+            msg = (f"The C allocator's in-use bytes stopped growing: {flat}. The native-memory "
+                   f"leak verdict of {_when(b.leak)} on {b.metric} is withdrawn; any growth "
+                   f"of {b.metric} from here on is judged on its own.")
+            change = msg
         else:
             msg = (f"{_what(b)} stopped growing at {at or 'its level'}{own}: {flat}. The leak "
                    f"verdict of {_when(b.leak)} is withdrawn; what it holds stays held.")
@@ -429,7 +449,12 @@ class Beliefs:
 
 
 def _placement(metric: str, inp: RuleInput) -> float:
-    return inp.cfg.unnamed_min_growth if metric.startswith("host.") else 0.0
+    """Where glibc places each unit's allocations moves a leak-free host floor by this much:
+    resident memory's, never the allocator's own counts (in-use bytes are what was handed out
+    and not freed, exactly)."""
+    if metric.startswith("host.") and not metric.startswith("host.malloc_"):
+        return inp.cfg.unnamed_min_growth
+    return 0.0
 
 
 def _what(b: Belief) -> str:

@@ -71,8 +71,17 @@ class HeapGrowth:
     #: (taken at different moments of a unit) do not. None where a check's reading is missing.
     heap_at_checks: float | None = None
     rss_at_checks: float | None = None
+    #: In-use bytes alone, first check to last (None where a check's reading is missing).
+    in_use_at_checks: float | None = None
 
     def native(self, rss_growth: float) -> bool:
+        """In-use bytes grew with RSS (at least half of it, floor to floor) and, where the
+        checks read them, between the checks too: a census pair explains the stretch from one
+        check to the other, and in-use bytes handed out only before the first (a bounded
+        buffer's last fill, read at the unit's one background reading before its check) are
+        no memory of that stretch to claim as native."""
+        if self.in_use_at_checks is not None and self.in_use_at_checks <= self.in_use_threshold:
+            return False
         return self.in_use > self.in_use_threshold and \
             self.in_use >= NATIVE_SHARE * max(rss_growth, 0.0)
 
@@ -128,7 +137,7 @@ def heap_growth(history: Mapping[str, list[EpochStats]],
                       free=None if fa is None or fb is None else fb.floor - fa.floor,
                       heap_at_checks=None if in_use_at is None or free_at is None
                       else in_use_at + free_at,
-                      rss_at_checks=at_checks(units[0], units[-1]))
+                      rss_at_checks=at_checks(units[0], units[-1]), in_use_at_checks=in_use_at)
 
 
 def in_use_held(history: Mapping[str, list[EpochStats]], hist: list[EpochStats],
@@ -201,6 +210,11 @@ def native_or_retention(*, origin: Origin, metric: str, units: list[EpochStats],
                               run_known, limit_name)
     ev = {**attribution.evidence(), "limit_bytes": limit, "limit_name": limit_name,
           "rss_growth_bytes": rss_growth}
+    # What the census named explains too little to hold this growth (the finding says no
+    # Python object holds it): no surface says "held by" it, and no belief is keyed by it.
+    held = {k: ev.pop(k) for k in [k for k in ev if k.startswith("holder")]}
+    if held.get("holder"):
+        ev["census_candidate"] = held["holder"]
     if heap is not None:
         ev.update(malloc_in_use_growth_bytes=heap.in_use, malloc_free_growth_bytes=heap.free,
                   malloc_heap_growth_at_checks_bytes=heap.heap_at_checks,
