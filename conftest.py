@@ -107,11 +107,59 @@ def quick_benchmark(tmp_path: Path) -> Callable[[str], tuple[Any, dict[str, Any]
 
 
 FRESH_CHILD = "MEMWATCH_TEST_FRESH_CHILD"
+ROOT = Path(__file__).resolve().parent
+
+
+def _zygote() -> ModuleType:
+    """``tests/zygote.py``, loaded once per process (its zygote is this worker's)."""
+    name = "zygote"  # (the name `import zygote` gives it from tests/: one module, one client)
+    mod = sys.modules.get(name)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "zygote.py")
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+    return mod
+
+
+def run_fresh(kind: str, args: list[str], source: Path, cwd: Path, env: dict[str, str],
+              out: Path, timeout: float) -> tuple[int, str]:
+    """``pytest <args>`` (``kind="pytest"``) or ``python <args>`` (``"script"``) in a process
+    no test ran in: forked from this worker's zygote (an interpreter that has only imported
+    torch, the frameworks ``source`` names and memwatch: ``tests/zygote.py``), or a new
+    interpreter where none can serve. The exit code and the output (stdout and stderr, as a
+    terminal shows them)."""
+    import subprocess
+
+    rc = _zygote().run(kind, args, source=source, cwd=cwd, env=env, out=out, timeout=timeout)
+    if rc is None:
+        cmd = [sys.executable, "-m", "pytest", *args] if kind == "pytest" else \
+            [sys.executable, *args]
+        with out.open("w") as f:
+            rc = subprocess.run(cmd, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                timeout=timeout).returncode
+    return rc, out.read_text(errors="replace")
+
+
+@pytest.fixture
+def fresh_interpreter(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., tuple[int, str]]:
+    """:func:`run_fresh`, its output kept in a temporary folder of its own (never the child's
+    working directory, which may be the test's ``tmp_path``)."""
+    where = tmp_path_factory.mktemp("fresh-output")
+    n = iter(range(1_000_000))
+
+    def run(kind: str, args: list[str], *, source: Path, cwd: Path, env: dict[str, str],
+            timeout: float = 300) -> tuple[int, str]:
+        return run_fresh(kind, args, source, cwd, env, where / f"{next(n)}.out", timeout)
+
+    return run
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    """Tests marked ``fresh_process`` run in a pytest of their own (a fresh interpreter).
+    """Tests marked ``fresh_process`` run in a pytest of their own, in a process no other test
+    ran in (:func:`run_fresh`).
 
     They plant a host leak in a real framework run and assert what memwatch says of it, as a
     user's training process would see it. A process that already ran hundreds of tests keeps
@@ -119,16 +167,15 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     analyzer can say depended on the tests before. The child's failure is this test's failure,
     with its output."""
     import os
-    import subprocess
+    import tempfile
 
     if pyfuncitem.get_closest_marker("fresh_process") is None or os.environ.get(FRESH_CHILD):
         return None
-    root = Path(__file__).resolve().parent
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        "-p", "no:randomly", pyfuncitem.nodeid], cwd=root,
-                       env={**os.environ, FRESH_CHILD: "1"}, capture_output=True, text=True,
-                       timeout=1200)
-    if r.returncode != 0:
-        pytest.fail(f"{pyfuncitem.nodeid} failed in a fresh process (exit {r.returncode}):\n"
-                    f"{r.stdout[-6000:]}\n{r.stderr[-3000:]}", pytrace=False)
+    with tempfile.TemporaryDirectory(prefix="memwatch-fresh-") as d:
+        rc, out = run_fresh("pytest", ["-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+                                       pyfuncitem.nodeid], Path(pyfuncitem.path), ROOT,
+                            {**os.environ, FRESH_CHILD: "1"}, Path(d) / "out.txt", 1200)
+    if rc != 0:
+        pytest.fail(f"{pyfuncitem.nodeid} failed in a fresh process (exit {rc}):\n"
+                    f"{out[-9000:]}", pytrace=False)
     return True

@@ -1,7 +1,9 @@
 """Every script in ``examples/`` runs to completion, so examples cannot rot.
 
-Each runs in its own interpreter with ``MEMWATCH_EXAMPLE_QUICK=1`` (an example's cue to use a
-tiny configuration) and its working directory in a temporary folder (where it writes its output).
+Each runs in a process of its own, as ``python examples/<name>.py`` would (forked from the
+worker's zygote, which has imported only torch, the frameworks the script names and memwatch:
+``tests/zygote.py``), with ``MEMWATCH_EXAMPLE_QUICK=1`` (an example's cue to use a tiny
+configuration) and its working directory in a temporary folder (where it writes its output).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,13 +21,12 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SCRIPTS = sorted(p for p in EXAMPLES.glob("*.py") if not p.name.startswith("_"))
 
 
-def _run(script: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _run(fresh: Callable[..., tuple[int, str]], script: Path, cwd: Path, *args: str) -> str:
     env = dict(os.environ, MEMWATCH_EXAMPLE_QUICK="1", WANDB_MODE="offline",
                HF_HUB_OFFLINE="1", WANDB_SILENT="true")
-    proc = subprocess.run([sys.executable, str(script), *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"{script.name} failed:\n{proc.stdout}\n{proc.stderr}"
-    return proc
+    rc, out = fresh("script", [str(script), *args], source=script, cwd=cwd, env=env)
+    assert rc == 0, f"{script.name} failed:\n{out}"
+    return out
 
 
 def test_the_examples_are_collected() -> None:
@@ -45,9 +47,10 @@ EXPECTED = {
 
 @pytest.mark.slow  # one interpreter (torch import, DataLoader workers) per example
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.stem for p in SCRIPTS])
-def test_example_runs(script: Path, tmp_path: Path) -> None:
+def test_example_runs(script: Path, tmp_path: Path,
+                      fresh_interpreter: Callable[..., tuple[int, str]]) -> None:
     pytest.importorskip("torch")
-    out = _run(script, tmp_path).stdout
+    out = _run(fresh_interpreter, script, tmp_path)
     for text in EXPECTED.get(script.stem, []):
         assert text in out, f"{script.name} did not print {text!r}:\n{out}"
     if script.stem == "lightning_demo":

@@ -1,0 +1,62 @@
+"""The suite's zygote (``tests/zygote.py``): a child forked from it runs a script as ``python``
+would, its exit code and output come back, a child past its time is killed, and with the
+zygote switched off the caller is told to start an interpreter of its own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import zygote
+
+
+def _script(tmp_path: Path, body: str) -> Path:
+    p = tmp_path / "child.py"
+    p.write_text(body)
+    return p
+
+
+def test_a_script_runs_as_main_with_its_code_output_and_environment(tmp_path: Path) -> None:
+    script = _script(tmp_path, "import os, sys\n"
+                               "print('out', os.environ['ZYGOTE_T'], __name__, sys.argv[1:])\n"
+                               "print('err', file=sys.stderr)\n"
+                               "print(('light' + 'ning') in sys.modules)\n"
+                               "sys.exit(3)\n")
+    out = tmp_path / "o.txt"
+    rc = zygote.run("script", [str(script), "a"], source=script, cwd=tmp_path,
+                                env={**os.environ, "ZYGOTE_T": "yes"}, out=out, timeout=120)
+    assert rc == 3
+    text = out.read_text()
+    assert "out yes __main__ ['a']" in text and "err" in text
+    # the script names no framework: its zygote imported none
+    assert text.splitlines()[-1] == "False"
+
+
+def test_a_child_past_its_time_is_killed(tmp_path: Path) -> None:
+    script = _script(tmp_path, "import time\ntime.sleep(60)\n")
+    with pytest.raises(subprocess.TimeoutExpired):
+        zygote.run("script", [str(script)], source=script, cwd=tmp_path,
+                               env=dict(os.environ), out=tmp_path / "o.txt", timeout=2)
+    # and the zygote still serves the next request
+    ok = _script(tmp_path, "print('again')\n")
+    assert zygote.run("script", [str(ok)], source=ok, cwd=tmp_path,
+                                  env=dict(os.environ), out=tmp_path / "p.txt",
+                                  timeout=120) == 0
+
+
+def test_switched_off_the_caller_starts_its_own(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch,
+                                               fresh_interpreter: Callable[..., tuple[int, str]]
+                                               ) -> None:
+    monkeypatch.setenv("MEMWATCH_TEST_NO_ZYGOTE", "1")
+    script = _script(tmp_path, "import sys\nprint('plain', sys.argv[1])\n")
+    assert zygote.run("script", [str(script), "x"], source=script, cwd=tmp_path,
+                                  env=dict(os.environ), out=tmp_path / "o.txt",
+                                  timeout=60) is None
+    rc, out = fresh_interpreter("script", [str(script), "x"], source=script, cwd=tmp_path,
+                                env=dict(os.environ))
+    assert rc == 0 and "plain x" in out
