@@ -87,12 +87,19 @@ def _run(steps: int, epochs: int, width: int, n_in: int, batch: int, root: str,
     # step post-hooks run in registration order, so one registered before attach() and one
     # after bracket it.
     inner = opts["memwatch"].optimizer
-    bracket: list[float] = []
+    bracket: list[tuple[float, float]] = []
     in_situ: list[float] = []
-    before = inner.register_step_post_hook(lambda *_: bracket.append(time.perf_counter()))
+    in_situ_cpu: list[float] = []  # the same calls in thread CPU time (what load cannot move)
+
+    def closed(*_: object) -> None:
+        t, c = bracket[-1]
+        in_situ.append(time.perf_counter() - t)
+        in_situ_cpu.append(time.thread_time() - c)
+
+    before = inner.register_step_post_hook(
+        lambda *_: bracket.append((time.perf_counter(), time.thread_time())))
     hook = attach(accelerator, opts["memwatch"], out_dir=os.path.join(root, "memwatch"))
-    after = inner.register_step_post_hook(
-        lambda *_: in_situ.append(time.perf_counter() - bracket[-1]))
+    after = inner.register_step_post_hook(closed)
     wall: dict[str, list[float]] = {v: [] for v in VARIANTS}
     cpu: dict[str, list[float]] = {v: [] for v in VARIANTS}
     epoch_end_s: list[float] = []
@@ -123,7 +130,7 @@ def _run(steps: int, epochs: int, width: int, n_in: int, batch: int, root: str,
     return {"wall": {v: w[warm:] for v, w in wall.items()},
             "cpu": {v: c[warm:] for v, c in cpu.items()},
             "epoch_end_s": epoch_end_s, "memwatch_steps": steps_seen,
-            "hook_in_situ_s": in_situ[warm:]}
+            "hook_in_situ_s": in_situ[warm:], "hook_in_situ_cpu_s": in_situ_cpu[warm:]}
 
 
 def _hook_cost_us(calls: int, root: str) -> dict[str, float]:
@@ -141,12 +148,15 @@ def _hook_cost_us(calls: int, root: str) -> dict[str, float]:
                   capacity=max(calls * 2, 1024))
     inner = opt.optimizer
     per_call: list[float] = []
+    per_call_cpu: list[float] = []
     for _ in range(calls):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         hook._on_optimizer_step(inner, (), {})
         per_call.append(time.perf_counter() - t)
+        per_call_cpu.append(time.thread_time() - c)
     hook.detach()
-    return _common.median_p90_us(per_call)
+    return {**_common.median_p90_us(per_call),
+            "thread_cpu_median": statistics.median(per_call_cpu) * 1e6}
 
 
 def run(repeats: int, steps: int, epochs: int, width: int, n_in: int, batch: int,
@@ -161,6 +171,7 @@ def run(repeats: int, steps: int, epochs: int, width: int, n_in: int, batch: int
     ratio_cpu: list[float] = []
     epoch_end: list[float] = []
     in_situ: list[float] = []
+    in_situ_cpu: list[float] = []
     with tempfile.TemporaryDirectory(prefix="memwatch-bench-acc-") as root:
         for r in range(repeats):
             got = _run(steps, epochs, width, n_in, batch, root, VARIANTS[r % 2])
@@ -177,6 +188,7 @@ def run(repeats: int, steps: int, epochs: int, width: int, n_in: int, batch: int
                              / statistics.median(got["cpu"]["baseline"]))
             epoch_end.extend(got["epoch_end_s"])
             in_situ.extend(got["hook_in_situ_s"])
+            in_situ_cpu.extend(got["hook_in_situ_cpu_s"])
         hook_us = _hook_cost_us(200 if quick else 2000, root)
     base_ms = statistics.median(per["baseline"]) * 1e3
     result: dict[str, Any] = {
@@ -194,7 +206,8 @@ def run(repeats: int, steps: int, epochs: int, width: int, n_in: int, batch: int
         "ratio_thread_cpu_median": statistics.median(ratio_cpu),
         "load_avg_1min": _common.load_avg_1min(),
         "memwatch_hook_us": hook_us,
-        "memwatch_hook_us_in_situ": _common.median_p90_us(in_situ),
+        "memwatch_hook_us_in_situ": {**_common.median_p90_us(in_situ),
+                                     "thread_cpu_median": statistics.median(in_situ_cpu) * 1e6},
         "memwatch_hook_fraction_of_step": statistics.median(in_situ) * 1e3 / base_ms,
         "memwatch_epoch_end_ms": _common.median_max_ms(epoch_end),
     }

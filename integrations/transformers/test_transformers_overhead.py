@@ -21,5 +21,6 @@ def test_overhead_benchmark_quick_mode(
     assert math.isfinite(r) and 0.2 < r < 5.0, on_disk
     assert len(on_disk["ratio_median_per_repeat"]) == on_disk["config"]["repeats"]
     assert on_disk["quick"] is True and on_disk["target_memwatch_ratio"] == 1.01
-    # The hook itself: tens of microseconds at most even on a loaded machine.
-    assert on_disk["memwatch_hook_us"]["median"] < 2000, on_disk["memwatch_hook_us"]
+    # The hook itself: tens of microseconds of thread CPU time (what a loaded machine cannot
+    # move: beside two busy loops its wall-clock median once read 2.3 ms for 76 us of CPU).
+    assert on_disk["memwatch_hook_us"]["thread_cpu_median"] < 2000, on_disk["memwatch_hook_us"]
