@@ -60,3 +60,16 @@ def test_switched_off_the_caller_starts_its_own(tmp_path: Path,
     rc, out = fresh_interpreter("script", [str(script), "x"], source=script, cwd=tmp_path,
                                 env=dict(os.environ))
     assert rc == 0 and "plain x" in out
+
+
+def test_a_zygote_that_dies_under_a_child_hands_the_run_back(tmp_path: Path) -> None:
+    """Not a timeout: the caller is told to run it in an interpreter of its own (None)."""
+    import threading
+
+    script = _script(tmp_path, "import time\ntime.sleep(60)\n")
+    client = zygote._Client(zygote.preload_for("script", script))  # its own: no other is killed
+    assert client._start() and client.proc is not None
+    threading.Timer(3, client.proc.kill).start()
+    assert client.run("script", [str(script)], tmp_path, dict(os.environ), tmp_path / "o.txt",
+                      120) is None
+    assert client.broken

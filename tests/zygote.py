@@ -149,6 +149,7 @@ class _Client:
         self.proc: subprocess.Popen[bytes] | None = None
         self.broken = False
         self._buf = b""
+        self._eof = False  # the zygote closed its answers: it ended
 
     def _line(self, deadline: float) -> dict[str, Any] | None:
         assert self.proc is not None and self.proc.stdout is not None
@@ -159,6 +160,7 @@ class _Client:
                 return None
             chunk = os.read(fd, 65536)
             if not chunk:
+                self._eof = True
                 return None
             self._buf += chunk
         line, self._buf = self._buf.split(b"\n", 1)
@@ -221,11 +223,19 @@ class _Client:
             self._fail()
             return None
         done = self._line(deadline)
-        if done is None:  # past its time: the child is killed, as subprocess.run would
-            os.kill(int(forked["pid"]), signal.SIGKILL)
-            done = self._line(time.monotonic() + 30)
-            raise subprocess.TimeoutExpired(args, timeout)
-        return int(done["rc"])
+        if done is not None and "rc" in done:
+            return int(done["rc"])
+        if self._eof or done is not None:
+            # The zygote itself ended (or answered nonsense) while the child ran: no child's
+            # verdict to report; the caller runs it again in an interpreter of its own.
+            self._fail()
+            return None
+        # Past its time: the child is killed, as subprocess.run would; its exit is read so the
+        # next request's answers are the next request's (else the zygote is not used again).
+        os.kill(int(forked["pid"]), signal.SIGKILL)
+        if self._line(time.monotonic() + 30) is None:
+            self._fail()
+        raise subprocess.TimeoutExpired(args, timeout)
 
 
 _CLIENTS: dict[tuple[str, ...], _Client] = {}
