@@ -130,16 +130,9 @@ def run_fresh(kind: str, args: list[str], source: Path, cwd: Path, env: dict[str
     torch, the frameworks ``source`` names and memwatch: ``tests/zygote.py``), or a new
     interpreter where none can serve. The exit code and the output (stdout and stderr, as a
     terminal shows them)."""
-    import subprocess
-
-    rc = _zygote().run(kind, args, source=source, cwd=cwd, env=env, out=out, timeout=timeout)
-    if rc is None:
-        cmd = [sys.executable, "-m", "pytest", *args] if kind == "pytest" else \
-            [sys.executable, *args]
-        with out.open("w") as f:
-            rc = subprocess.run(cmd, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT,
-                                timeout=timeout).returncode
-    return rc, out.read_text(errors="replace")
+    fresh = _zygote().fresh
+    return fresh(kind, args, source=source, cwd=cwd, env=env, out=out,  # type: ignore[no-any-return]
+                 timeout=timeout)
 
 
 @pytest.fixture

@@ -73,3 +73,30 @@ def test_a_zygote_that_dies_under_a_child_hands_the_run_back(tmp_path: Path) -> 
     assert client.run("script", [str(script)], tmp_path, dict(os.environ), tmp_path / "o.txt",
                       120) is None
     assert client.broken
+
+
+def test_a_child_reads_its_warning_filters_and_ends_as_an_interpreter(tmp_path: Path) -> None:
+    """What a new interpreter does with ``PYTHONWARNINGS`` and at its end, a forked child does
+    too: the filters apply (a warning is an error), and before it exits its non-daemon threads
+    finish and its ``atexit`` functions run."""
+    script = _script(tmp_path, "import atexit, sys, threading, time, warnings\n"
+                               "print('options', sys.warnoptions)\n"
+                               "try:\n"
+                               "    warnings.warn('boom', UserWarning)\n"
+                               "    print('not raised')\n"
+                               "except UserWarning:\n"
+                               "    print('raised')\n"
+                               "threading.Thread(target=lambda: (time.sleep(0.5),\n"
+                               "                                 print('thread done'))).start()\n"
+                               "atexit.register(lambda: print('atexit ran', flush=True))\n")
+    out = tmp_path / "o.txt"
+    assert zygote.run("script", [str(script)], source=script, cwd=tmp_path,
+                      env={**os.environ, "PYTHONWARNINGS": "error"}, out=out, timeout=120) == 0
+    text = out.read_text()
+    lines = text.splitlines()
+    assert "options ['error']" in lines and "raised" in lines, text
+    assert lines.index("thread done") < lines.index("atexit ran"), text
+    # and a failing script's exit raises, with its output
+    bad = _script(tmp_path, "raise SystemExit('no good')\n")
+    with pytest.raises(RuntimeError, match="exited 1:\n.*no good"):
+        zygote.script(bad, [], cwd=tmp_path, timeout=120)

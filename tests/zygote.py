@@ -67,6 +67,12 @@ def _child(req: dict[str, Any], reply: int) -> int:
     os.chdir(req["cwd"])
     os.environ.clear()
     os.environ.update(req["env"])
+    # What a new interpreter reads from its environment at start: the warning filters.
+    if os.environ.get("PYTHONWARNINGS"):
+        import warnings
+        opts = [o for o in os.environ["PYTHONWARNINGS"].split(",") if o]
+        sys.warnoptions[:] = opts
+        warnings._processoptions(opts)  # type: ignore[attr-defined]  # what startup calls
     args = [str(a) for a in req["args"]]
     if req["kind"] == "pytest":
         # Plugins imported by the preloads (hypothesis, anyio through transformers' httpx) are
@@ -90,6 +96,18 @@ def _child(req: dict[str, Any], reply: int) -> int:
         print(code, file=sys.stderr)
         return 1
     return 0
+
+
+def _exit_as_an_interpreter() -> None:
+    """What an interpreter does at its end before it exits: wait for its non-daemon threads,
+    run its ``atexit`` functions (a session's last check at exit is one), flush its output."""
+    import atexit
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]
+        atexit._run_exitfuncs()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
 
 
 def _threads() -> int:
@@ -131,8 +149,7 @@ def main(preload: list[str]) -> int:
                 traceback.print_exc()
             finally:
                 try:
-                    sys.stdout.flush()
-                    sys.stderr.flush()
+                    _exit_as_an_interpreter()
                 finally:
                     os._exit(rc if 0 <= rc < 256 else 1)
         print(json.dumps({"pid": pid}), file=reply, flush=True)
@@ -254,6 +271,36 @@ def run(kind: str, args: list[str], *, source: Path, cwd: Path, env: dict[str, s
     if client is None:
         client = _CLIENTS[preload] = _Client(preload)
     return client.run(kind, args, cwd, env, out, timeout)
+
+
+def fresh(kind: str, args: list[str], *, source: Path, cwd: Path, env: dict[str, str],
+          out: Path, timeout: float, fork: bool = True) -> tuple[int, str]:
+    """``pytest <args>`` (``kind="pytest"``) or ``python <args>`` (``"script"``) in a process
+    no test ran in: forked from this worker's zygote (:func:`run`), or a new interpreter where
+    none can serve or ``fork`` is False (a child that must not find torch imported). The exit
+    code and the output (stdout and stderr, as a terminal shows them), also left in ``out``."""
+    rc = run(kind, args, source=source, cwd=cwd, env=env, out=out, timeout=timeout) \
+        if fork else None
+    if rc is None:
+        cmd = [sys.executable, "-m", "pytest", *args] if kind == "pytest" else \
+            [sys.executable, *args]
+        with out.open("w") as f:
+            rc = subprocess.run(cmd, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                timeout=timeout).returncode
+    return rc, out.read_text(errors="replace")
+
+
+def script(path: Path, args: list[str], *, cwd: Path, env: dict[str, str] | None = None,
+           timeout: float = 240, fork: bool = True) -> str:
+    """``python path args...`` in a fresh process (:func:`fresh`), its output kept in its
+    working folder; a non-zero exit raises with the output's tail. The output."""
+    out = Path(cwd) / f"{path.stem}-{os.getpid()}-{time.monotonic_ns()}.out"
+    rc, text = fresh("script", [str(path), *args], source=path, cwd=cwd,
+                     env=dict(os.environ) if env is None else env, out=out, timeout=timeout,
+                     fork=fork)
+    if rc != 0:
+        raise RuntimeError(f"python {path.name} {' '.join(args)} exited {rc}:\n{text[-8000:]}")
+    return text
 
 
 if __name__ == "__main__":

@@ -1,17 +1,18 @@
 """Real CPU training loops with planted leaks: verdict, culprit and suggestion end to end.
 
-Each runs in its own interpreter: host RSS is the signal, and other tests would pollute it.
+Each runs in a process of its own (forked from the worker's zygote, ``tests/zygote.py``): host
+RSS is the signal, and other tests would pollute it.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+import zygote
 
 HERE = Path(__file__).parent
 
@@ -24,8 +25,8 @@ def run_mode(mode: str, tmp_path: Path) -> list[list[dict[str, object]]]:
         return _cache[mode]
     out = tmp_path / f"{mode}.json"
     env = dict(os.environ, PYTHONWARNINGS="error")
-    subprocess.run([sys.executable, str(HERE / "real_loop_scenarios.py"), mode, str(out)],
-                   check=True, timeout=120, env=env, cwd=tmp_path)
+    zygote.script(HERE / "real_loop_scenarios.py", [mode, str(out)], cwd=tmp_path, env=env,
+                  timeout=120)
     _cache[mode] = json.loads(out.read_text())
     return _cache[mode]
 

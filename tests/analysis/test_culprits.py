@@ -21,7 +21,7 @@ from memwatch.analysis.culprits.growth import weigh as W
 from memwatch.analysis.culprits.holders import holders as H
 from memwatch.analysis.evidence import ContainerGrowth
 
-run_loop = LoopRuns(Path(__file__).with_name("culprit_loops.py"))
+run_loop = LoopRuns(Path(__file__).with_name("culprit_loops.py"), no_torch=("bytearray_no_torch",))
 
 
 def _first_leak(epochs: list[list[dict[str, Any]]]) -> tuple[int, dict[str, Any]]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import subprocess
 import sys
 from collections.abc import Callable
 from multiprocessing import shared_memory
@@ -23,6 +22,7 @@ import numpy as np
 import pytest
 
 import memwatch
+import zygote
 from memwatch.analysis import Analyzer, AnalyzerConfig, CheckContext
 from memwatch.probes import procfs
 from memwatch.probes.host import HostProbe
@@ -231,9 +231,8 @@ def scenario(mode: str, tmp_path: Path, *extra: str) -> list[list[dict[str, Any]
     key = " ".join((mode, *extra))
     if key not in _runs:  # each loop costs seconds
         out = tmp_path / f"{mode}.json"
-        subprocess.run([sys.executable, str(HERE / "mapped_file_scenarios.py"), mode,
-                        str(tmp_path), str(out), *extra], check=True, timeout=120, cwd=tmp_path,
-                       env=dict(os.environ, PYTHONWARNINGS="error"))
+        zygote.script(HERE / "mapped_file_scenarios.py", [mode, str(tmp_path), str(out), *extra],
+                      cwd=tmp_path, env=dict(os.environ, PYTHONWARNINGS="error"), timeout=120)
         _runs[key] = json.loads(out.read_text())
     if _runs[key].get("tmpfs"):
         pytest.skip("the temporary folder is tmpfs: mapped pages are shared memory there")
