@@ -66,7 +66,53 @@ def run(mode: str) -> list[list[dict[str, Any]]]:
     return results
 
 
+def _trace() -> list[dict[str, Any]]:
+    """What the workers rule saw at each check (its steady units, the workers' censuses and
+    what it made of them), kept beside the findings: a run that is late tells why."""
+    import dataclasses
+
+    from memwatch.analysis.rules import workers as W
+
+    seen: list[dict[str, Any]] = []
+
+    def _unit(e: Any) -> dict[str, Any] | None:
+        return None if e is None else {k: getattr(e, k) for k in (
+            "unit", "n_steps", "floor", "peak", "rise", "shape", "threshold")}
+
+    steady, held = W._steady, W._held_in_census
+
+    def traced_steady(hist: Any, counts: Any) -> Any:
+        out = steady(hist, counts)
+        seen.append({"units": [_unit(e) for e in hist], "steady": [e.unit for e in out]})
+        return out
+
+    def traced_held(grown: Any, cur: Any, rss: Any, workers: int, cfg: Any) -> bool:
+        r = held(grown, cur, rss, workers, cfg)
+        seen.append({"census": dataclasses.asdict(grown) if grown else None, "cur": _unit(cur),
+                     "rss": _unit(rss), "held_in_census": r})
+        return r
+
+    private, slowing = W._private_growth, W._slowing
+
+    def traced_private(hist: Any, rss_hist: Any) -> bool:
+        r = private(hist, rss_hist)
+        seen.append({"rss_units": [_unit(e) for e in rss_hist], "private_growth": r})
+        return r
+
+    def traced_slowing(hist: Any, share: float) -> bool:
+        r = slowing(hist, share)
+        seen.append({"slowing": r})
+        return r
+
+    W._steady, W._held_in_census = traced_steady, traced_held
+    W._private_growth, W._slowing = traced_private, traced_slowing
+    return seen
+
+
 if __name__ == "__main__":
+    trace = _trace()
     out = run(sys.argv[1])
     with open(sys.argv[2], "w") as f:
         json.dump(out, f, default=str)
+    with open(sys.argv[2] + ".trace", "w") as f:
+        json.dump(trace, f, default=str)

@@ -60,7 +60,7 @@ def judge(inp: RuleInput) -> list[Finding]:
     v = cfg.held(steady) if len(steady) >= 2 else "pending"
     if v == "leak" and len(steady) == 2 and _slowing(steady, cfg.deceleration):
         v = "pending"  # a worker's warm-up levels off: the third unit tells
-    if v == "pending" and _held_in_census(grown, cur, rss, int(count), cfg):
+    if _census_decides(v, steady) and _held_in_census(grown, cur, rss, int(count), cfg):
         # The workers' own censuses are the evidence the series does not have yet: a
         # container of the Dataset grew over the stretch before the last check and again
         # since, at the same pace, explaining the workers' growth: held, not a warm-up.
@@ -85,14 +85,24 @@ def judge(inp: RuleInput) -> list[Finding]:
     return []
 
 
+def _census_decides(v: str, steady: list[EpochStats]) -> bool:
+    """The series has no verdict of its own yet, so the workers' censuses may give it: one
+    unit of the workers (or two, the second slowing: ``pending``), or two whose latest rose
+    as a step. Workers' private memory often rises in steps (a cache filling the allocator's
+    arenas, pages copied on write at an epoch's start: recorded, a cache of 2 KiB tensors read
+    by 2 persistent workers, floors 18.2 → 33.5 MiB as two steps of 13.3 and 6.0); two steps
+    in a row are the three-floor rule's, at the third unit (``none`` at the second)."""
+    return v == "pending" or (v == "none" and len(steady) == 2 and steady[-1].shape == "step")
+
+
 def _held_in_census(grown: WorkerGrowth | None, cur: EpochStats, rss: EpochStats | None,
                     workers: int, cfg: AnalyzerConfig) -> bool:
     """The workers' censuses show a container of the Dataset that gained elements before the
     last check and again since, not slower by more than ``cfg.deceleration`` (a cache filled
     once levels off), weighing at least ``cfg.retention_explained`` of the workers' private
-    growth in this unit; that growth is steady and their resident memory rose with it (new
-    memory, not copy-on-write)."""
-    if grown is None or not grown.attrs or cur.shape != "growing":
+    growth in this unit; that growth is a trend or a step up, and their resident memory rose
+    with it (new memory, not copy-on-write)."""
+    if grown is None or not grown.attrs or cur.shape not in ("growing", "step"):
         return False
     a = grown.attrs[0]
     # Before the last check: the stretch before it, or the one before that where it was
