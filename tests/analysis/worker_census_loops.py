@@ -79,33 +79,25 @@ def _trace() -> list[dict[str, Any]]:
         return None if e is None else {k: getattr(e, k) for k in (
             "unit", "n_steps", "floor", "peak", "rise", "shape", "threshold")}
 
-    steady, held = W._steady, W._held_in_census
+    def trace(name: str, describe: Any) -> None:
+        """Replace ``W.<name>`` by a call that records ``describe(args, result)``."""
+        fn = getattr(W, name)
 
-    def traced_steady(hist: Any, counts: Any) -> Any:
-        out = steady(hist, counts)
-        seen.append({"units": [_unit(e) for e in hist], "steady": [e.unit for e in out]})
-        return out
+        def traced(*args: Any) -> Any:
+            r = fn(*args)
+            seen.append(describe(args, r))
+            return r
 
-    def traced_held(grown: Any, cur: Any, rss: Any, workers: int, cfg: Any) -> bool:
-        r = held(grown, cur, rss, workers, cfg)
-        seen.append({"census": dataclasses.asdict(grown) if grown else None, "cur": _unit(cur),
-                     "rss": _unit(rss), "held_in_census": r})
-        return r
+        setattr(W, name, traced)
 
-    private, slowing = W._private_growth, W._slowing
-
-    def traced_private(hist: Any, rss_hist: Any) -> bool:
-        r = private(hist, rss_hist)
-        seen.append({"rss_units": [_unit(e) for e in rss_hist], "private_growth": r})
-        return r
-
-    def traced_slowing(hist: Any, share: float) -> bool:
-        r = slowing(hist, share)
-        seen.append({"slowing": r})
-        return r
-
-    W._steady, W._held_in_census = traced_steady, traced_held
-    W._private_growth, W._slowing = traced_private, traced_slowing
+    trace("_steady", lambda a, r: {"units": [_unit(e) for e in a[0]],
+                                   "steady": [e.unit for e in r]})
+    trace("_held_in_census", lambda a, r: {
+        "census": dataclasses.asdict(a[0]) if a[0] else None, "cur": _unit(a[1]),
+        "rss": _unit(a[2]), "held_in_census": r})
+    trace("_private_growth", lambda a, r: {"rss_units": [_unit(e) for e in a[1]],
+                                           "private_growth": r})
+    trace("_slowing", lambda a, r: {"slowing": r})
     return seen
 
 
