@@ -111,6 +111,65 @@ def test_the_main_process_asks_and_reads_answers(tmp_path: Path) -> None:
     assert (folder / "request").read_text() == str(wc.seq)
 
 
+def test_a_check_reads_the_stretch_since_the_last_check_from_answers_to_its_request(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """A worker (here a thread standing in for one) answers a request as soon as it reads it
+    (every TICK_S) and the check waits for that answer: what grew between two checks is read
+    at the second, however soon after the growth it comes (the 0.2-s poll alone left a check
+    that came within a poll of the growth reading +0)."""
+    import threading
+
+    monkeypatch.setattr(WC, "ANSWER_WAIT_MIN_S", 30.0)  # the wait ends at the answers, not this
+    monkeypatch.setattr(WC, "ANSWER_WAIT_MAX_S", 30.0)
+    wc = WC.WorkerCensus(str(tmp_path / "workers"))
+    ds, stop = _Data(), threading.Event()
+    worker = WC._Answers(ds, wc._requested())
+    wc._answer(worker.doc(os.getpid(), 0))
+
+    def serve() -> None:
+        while not stop.is_set():
+            if worker.update(wc._next_request(worker.seq)):
+                wc._answer(worker.doc(os.getpid(), 0))
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        seen, added = [], 0
+        for n in (30, 40, 50):
+            ds.reader.cache.update((i, b"") for i in range(added, added + n))
+            added += n
+            g = wc.ask()  # at once: the worker has not polled since it grew
+            a = next(a for a in g.attrs if a.name == "_Data.reader.cache")
+            seen.append((a.len_delta, a.before, a.earlier))
+            assert g.seqs == [wc.seq]
+        assert seen == [(30, 0, 0), (40, 30, 0), (50, 40, 30)], seen
+    finally:
+        stop.set()
+        t.join(5)
+
+
+def test_an_answer_to_an_older_request_is_read_as_it_stands() -> None:
+    """A worker that did not answer this check's request in time: its latest answer counts
+    what grew since the request it saw (the stretch it measured), never the shifted one."""
+    ds = _Data()
+    answers = WC._Answers(ds, seq=0)
+    ds.reader.cache.update((i, b"") for i in range(30))
+    answers.update(seq=1)
+    fresh = answers.doc(os.getpid(), 0)
+    assert fresh["fresh"] and fresh["attrs"]["_Data.reader.cache"]["recent"] == 30
+    got = WC.summarize([fresh], seq=1).attrs[0]
+    assert (got.len_delta, got.before) == (30, 0) and got.bytes_delta > 0
+    # the same answer read at the next check (seq 2): it saw request 1, +0 since
+    got = WC.summarize([fresh], seq=2).attrs[0]
+    assert (got.len_delta, got.before) == (0, 30)
+    ds.reader.cache.update((i, b"") for i in range(30, 35))
+    answers.update(seq=1)  # a poll: containers moved, no new request
+    polled = answers.doc(os.getpid(), 0)
+    assert not polled["fresh"] and "recent" not in polled["attrs"]["_Data.reader.cache"]
+    got = WC.summarize([polled], seq=1).attrs[0]
+    assert (got.len_delta, got.before) == (5, 30)
+
+
 def _unit(growth: float, shape: str = "growing") -> EpochStats:
     tr = Trend(n=10, s=45.0, z=5.0, p=0.001, slope=growth / 99, slope_low=0.0, slope_high=0.0,
                intercept=0.0, r1=0.0, noise=0.0)

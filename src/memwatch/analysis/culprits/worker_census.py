@@ -8,23 +8,25 @@ worker answers a census of its own:
   daemon thread (from ``os.register_at_fork``, :class:`WorkerCensus`), which waits until the
   child is a DataLoader worker (``torch.utils.data.get_worker_info()``; any other child: it
   stops within :data:`WAIT_S`), answers a first census at once (its baseline), then one more
-  whenever the main process asks and whenever the Dataset's containers moved (every
+  as soon as the main process asks (it reads the request, a word of memory shared since before
+  the fork, every :data:`TICK_S`) and whenever the Dataset's containers moved (every
   :data:`POLL_S` at most): each answer says what every container gained since the latest
-  request, and between the two requests before. Off the worker's data path (a thread that
-  sleeps between polls of one file), bounded in time (a sample of the new elements weighed, at
-  most :data:`MAX_ATTRS` containers, lengths read in microseconds) and in size (a JSON file of
-  those entries, per worker). It touches only the Dataset's containers and their new
-  elements: copy-on-write of what the worker reads stays what it was.
-* **in the main process** — at each check :meth:`WorkerCensus.ask` reads the workers' latest
-  answers (what grew since the previous check, and in the stretch before it) and marks the
-  next stretch (a request file, written atomically). A container that grew over both is the
-  evidence that confirms a worker's leak at the second check after its workers start
-  (:mod:`memwatch.analysis.rules.workers`), and its name is the culprit.
+  request, and in each of the stretches between the requests before. Off the worker's data
+  path (a thread that sleeps between reads of one word), bounded in time (a sample of the new
+  elements weighed, at most :data:`MAX_ATTRS` containers, lengths read in microseconds) and in
+  size (a JSON file of those entries, per worker). It touches only the Dataset's containers
+  and their new elements: copy-on-write of what the worker reads stays what it was.
+* **in the main process** — at each check :meth:`WorkerCensus.ask` asks (the shared word, and
+  a request file for a worker forked without it) and waits a bounded few milliseconds for the
+  answers to that request, so that the stretch each answer measures is the one between this
+  check and the previous one, whatever the machine's load did to the workers' threads; an
+  answer still missing at the deadline is read as it stands (a stretch that ended at the
+  worker's latest answer). A container that grew over the stretch before the last check and
+  over the one since is the evidence that confirms a worker's leak at the second check after
+  its workers start (:mod:`memwatch.analysis.rules.workers`), and its name is the culprit.
 
-What a census looks at: the Dataset's attributes, its class's, and the globals of its module
-(a user's ``_CACHE = {}``), and one level into attributes that are instances of the user's
-classes (``self.reader.cache``): lists, dicts, sets, deques and functools caches, by length,
-the new elements weighed (:mod:`.growth.weigh`).
+What a census looks at (the Dataset's containers, by length, the new elements weighed) is
+:mod:`memwatch.analysis.culprits.dataset_containers`.
 
 Files, under ``<out_dir>/workers/``: ``request`` (the main's sequence number) and
 ``<pid>.json`` (each worker's latest answer); private, written atomically, read with a size cap.
@@ -36,20 +38,16 @@ import contextlib
 import dataclasses
 import json
 import logging
+import mmap
 import os
+import struct
 import sys
 import threading
 import time
 from typing import Any
 
-from memwatch.analysis.culprits.census.containers import (
-    CACHE_TYPE,
-    CONTAINER_TYPES,
-    cache_size,
-)
-from memwatch.analysis.culprits.census.ownership import is_user_module, is_user_type
+from memwatch.analysis.culprits.dataset_containers import MAX_ATTRS, dataset_lengths, vars_of
 from memwatch.analysis.culprits.growth.weigh import Scale, element_name, new_elements
-from memwatch.analysis.culprits.holders.referrers import key_label
 from memwatch.analysis.evidence import WorkerAttr, WorkerGrowth
 from memwatch.core import safefs
 from memwatch.core.forking import ForkRegistry
@@ -60,13 +58,20 @@ __all__ = ["MAX_ATTRS", "WAIT_S", "WorkerCensus", "dataset_lengths", "summarize"
 
 log = logging.getLogger("memwatch")
 
-#: Containers one census reports (the longest first).
-MAX_ATTRS = 32
 #: A forked child waits this long to become a DataLoader worker, then its thread ends.
 WAIT_S = 30.0
-#: How often a worker's thread looks for a new request and, when its Dataset's containers
-#: moved, answers again (seconds, off the data path): what a check reads is at most this old.
+#: How often a worker's thread answers again when its Dataset's containers moved (seconds, off
+#: the data path): what a check that could not wait for its answers reads is at most this old.
 POLL_S = 0.2
+#: How often a worker's thread reads the request word (seconds: a read of 8 bytes of shared
+#: memory): how late after a check a worker answers it, scheduling aside.
+TICK_S = 0.01
+#: How long a check waits for the answers to its request: :data:`ANSWER_WAIT_SHARE` of the
+#: time since the previous check, within [:data:`ANSWER_WAIT_MIN_S`, :data:`ANSWER_WAIT_MAX_S`]
+#: (at checks 4 s apart, 40 ms at most: 1 % of the run, and only while a worker is late).
+ANSWER_WAIT_SHARE = 0.01
+ANSWER_WAIT_MIN_S = 0.03
+ANSWER_WAIT_MAX_S = 0.06
 #: An answer file larger than this is not read.
 MAX_ANSWER_BYTES = 64 * 1024
 #: Answers read at a check (the first workers by pid).
@@ -84,12 +89,16 @@ class WorkerCensus:
         self.share = share
         self.seq = 0
         self._pid = os.getpid()
+        self._word = _shared_word()  # the request, shared with the workers forked after this
+        self._asked_at: float | None = None
         _in_children.add(self)  # (the folder is made when a check or a worker first needs it)
 
     # ------------------------------------------------------------------ main process
     def ask(self) -> WorkerGrowth:
-        """The workers' latest answers (what grew in each since its previous census), then a
-        request for the next census. Never raises."""
+        """Ask the workers for a census and read their answers (each says what grew in it over
+        the stretch since the previous request), waiting a bounded few milliseconds for the
+        answers to this request. Never raises."""
+        now = time.monotonic()
         try:
             answers = self._read()
         except Exception as e:  # noqa: BLE001 - evidence only
@@ -98,6 +107,16 @@ class WorkerCensus:
         if not answers and not self._workers_live():
             return WorkerGrowth()  # no worker to ask: no folder, no request
         self.seq += 1
+        self._request()
+        if answers:  # workers that answered before answer this request too
+            answers = self._await(self.seq, now + self._wait_s(now), answers)
+        self._asked_at = now
+        return summarize(answers, self.seq)
+
+    def _request(self) -> None:
+        if self._word is not None:
+            with contextlib.suppress(Exception):
+                struct.pack_into("q", self._word, 0, self.seq)
         try:
             fd = safefs.open_dir(self.directory, create=True, share=self.share)
             try:
@@ -106,7 +125,23 @@ class WorkerCensus:
                 os.close(fd)
         except Exception as e:  # noqa: BLE001
             log.debug("memwatch: workers' census not requested (%s)", e)
-        return summarize(answers)
+
+    def _wait_s(self, now: float) -> float:
+        since = now - self._asked_at if self._asked_at is not None else 0.0
+        return min(max(ANSWER_WAIT_SHARE * since, ANSWER_WAIT_MIN_S), ANSWER_WAIT_MAX_S)
+
+    def _await(self, seq: int, deadline: float, answers: list[dict[str, Any]]
+               ) -> list[dict[str, Any]]:
+        """The workers' answers once every one answered request ``seq`` (or at ``deadline``,
+        as they stand): a worker reads the request within :data:`TICK_S`."""
+        while not all(_seq_of(d) >= seq for d in answers) and time.monotonic() < deadline:
+            time.sleep(0.001)
+            try:
+                answers = self._read()
+            except Exception as e:  # noqa: BLE001 - evidence only
+                log.debug("memwatch: workers' censuses not read (%s)", e)
+                return answers
+        return answers
 
     def _workers_live(self) -> bool:
         """Some child of this process runs (a DataLoader worker may answer a request)."""
@@ -151,13 +186,29 @@ class WorkerCensus:
             worker = _Answers(info.dataset, self._requested())
             self._answer(worker.doc(os.getpid(), int(info.id)))  # the baseline, at once
             while os.getppid() == parent:
-                time.sleep(POLL_S)
-                if worker.update(self._requested()):  # a new request, or containers moved
+                seq = self._next_request(worker.seq)
+                if worker.update(seq):  # a new request, or containers moved
                     self._answer(worker.doc(os.getpid(), int(info.id)))
         except Exception as e:  # noqa: BLE001 - never disturb the worker
             log.debug("memwatch: worker census stopped (%s)", e)
 
+    def _next_request(self, seen: int) -> int:
+        """The latest request, once one newer than ``seen`` came (read every :data:`TICK_S`)
+        or :data:`POLL_S` passed."""
+        if self._word is None:  # no shared word: the request file, once a poll
+            time.sleep(POLL_S)
+            return self._requested()
+        deadline = time.monotonic() + POLL_S
+        while True:
+            seq = self._requested()
+            if seq > seen or time.monotonic() >= deadline:
+                return seq
+            time.sleep(TICK_S)
+
     def _requested(self) -> int:
+        if self._word is not None:
+            with contextlib.suppress(Exception):
+                return int(struct.unpack_from("q", self._word, 0)[0])
         try:
             data = safefs.read_bounded(os.path.join(self.directory, _REQUEST), 64)
             return int(data.decode().strip() or 0)
@@ -171,6 +222,20 @@ class WorkerCensus:
                                 share=self.share)
         finally:
             os.close(fd)
+
+
+def _shared_word() -> mmap.mmap | None:
+    """8 bytes of anonymous memory shared with every child forked after this (a request is
+    read there without a system call); None where it cannot be had (the request file then)."""
+    try:
+        return mmap.mmap(-1, mmap.PAGESIZE)
+    except (OSError, ValueError):
+        return None
+
+
+def _seq_of(doc: dict[str, Any]) -> int:
+    seq = doc.get("seq", 0)
+    return int(seq) if isinstance(seq, int | float) else 0
 
 
 def _alive(pid: int) -> bool:
@@ -197,12 +262,13 @@ def _wait_for_worker() -> Any:
 
 
 class _Answers:
-    """One worker's censuses: the lengths of its Dataset's containers at the last two requests
-    it saw, and now. An answer says, per container, what it gained since the latest request
-    (the check the main process is in the middle of: ``len_delta``, weighed), between the two
-    requests before (the previous stretch between checks: ``before``) and in the stretch before
-    that (``earlier``): a worker sees a request up to a poll late, so a stretch shorter than
-    that (a check inside an epoch a few steps before its end) can show nothing of its own."""
+    """One worker's censuses: the lengths of its Dataset's containers at the last requests it
+    saw, and now. An answer says, per container, what it gained since the latest request
+    (``len_delta``, weighed) and in the stretches between the requests before, the latest first
+    (``before``, ``earlier``, ``earliest``). An answer made as a request is seen also weighs
+    ``recent``, what the container gained since the request before it (the stretch that just
+    ended, and the few items fed since): that is the one the main process, waiting for this
+    answer, reads as the stretch between its last two checks."""
 
     def __init__(self, dataset: Any, seq: int) -> None:
         self.dataset = dataset
@@ -212,6 +278,8 @@ class _Answers:
         self.at_request = dict(self.now)  # lengths at the latest request seen
         self.before: dict[str, int] = {}  # gained between the two latest requests
         self.earlier: dict[str, int] = {}  # ... and between the two before those
+        self.earliest: dict[str, int] = {}  # ... and the stretch before that
+        self.fresh = False  # this answer is the first since a new request
         self.weights: dict[str, tuple[float, str]] = {}
 
     def update(self, seq: int) -> bool:
@@ -219,8 +287,9 @@ class _Answers:
         self.refs = {}
         now, self.cpu_ms = dataset_lengths(self.dataset, self.refs)
         changed = now != self.now or seq > self.seq
-        if seq > self.seq:
-            self.earlier = self.before
+        self.fresh = seq > self.seq
+        if self.fresh:
+            self.earliest, self.earlier = self.earlier, self.before
             self.before = {k: n - self.at_request[k][0] for k, (n, kind) in now.items()
                            if k in self.at_request and self.at_request[k][1] == kind}
             self.at_request = dict(now)
@@ -234,15 +303,21 @@ class _Answers:
         for name, (n, kind) in self.now.items():
             base = self.at_request.get(name)
             delta = n - base[0] if base is not None and base[1] == kind else 0
+            before = self.before.get(name, 0)
             entry: dict[str, Any] = {"kind": kind, "len": n, "len_delta": delta,
-                                     "before": self.before.get(name, 0),
-                                     "earlier": self.earlier.get(name, 0)}
+                                     "before": before,
+                                     "earlier": self.earlier.get(name, 0),
+                                     "earliest": self.earliest.get(name, 0)}
             if delta > 0:
                 entry["bytes_delta"], entry["element"] = self._weigh(name, kind, n, delta)
+            if self.fresh and before + delta > 0:
+                entry["recent"] = before + delta
+                entry["recent_bytes"], entry["element"] = self._weigh(name, kind, n,
+                                                                      before + delta)
             attrs[name] = entry
         return {"pid": pid, "worker": worker, "seq": self.seq, "t": time.time(),
                 "dataset": type(self.dataset).__qualname__, "attrs": attrs,
-                "cpu_ms": self.cpu_ms}
+                "cpu_ms": self.cpu_ms, "fresh": self.fresh}
 
     def _weigh(self, name: str, kind: str, n: int, delta: int) -> tuple[float, str]:
         """What a container's new elements weigh: a sample of them (16), each buffer once,
@@ -254,7 +329,7 @@ class _Answers:
         scale = Scale()
         try:
             if attr:
-                sample = [v[attr] for v in map(_vars, c[::max(len(c) // 1024, 1)])
+                sample = [v[attr] for v in map(vars_of, c[::max(len(c) // 1024, 1)])
                           if attr in v][-16:]
                 kind = "list"
             else:
@@ -269,118 +344,45 @@ class _Answers:
             scale.close()
 
 
-def dataset_lengths(dataset: Any, refs: dict[str, tuple[Any, str]] | None = None
-                    ) -> tuple[dict[str, tuple[int, str]], float]:
-    """The length of every container the Dataset keeps (see :func:`_containers`), by name,
-    and the CPU milliseconds that took. A list of the user's objects (``ConcatDataset``'s
-    datasets) is also counted by attribute: how many of them have each attribute set, as
-    ``Element.attr`` of kind ``"attribute"`` (a ``cached_property`` that every dataset a worker
-    reads fills in: eva#387). ``refs`` gets, per name, what to weigh its growth from."""
-    t0 = time.thread_time()
-    out: dict[str, tuple[int, str]] = {}
-    for name, c, kind in _containers(dataset):
-        n = cache_size(c) if kind == "cache" else len(c)
-        if n is None:
-            continue
-        out[name] = (n, kind)
-        if refs is not None:
-            refs[name] = (c, "")
-        if kind == "list" and n >= 2 and is_user_type(type(c[0])):
-            for attr, (count, tname) in _attribute_counts(c).items():
-                out[f"{tname}.{attr}"] = (count, "attribute")
-                if refs is not None:
-                    refs[f"{tname}.{attr}"] = (c, attr)
-    return out, round((time.thread_time() - t0) * 1000.0, 3)
-
-
-#: Elements of a list of the user's objects whose attributes are counted (an even sample).
-POPULATION_SAMPLE = 256
-
-
-def _attribute_counts(items: list[Any]) -> dict[str, tuple[int, str]]:
-    """How many of ``items`` (estimated from an even sample) have each instance attribute set,
-    with their class's name."""
-    stride = max(len(items) // POPULATION_SAMPLE, 1)
-    counts: dict[str, int] = {}
-    tname = type(items[0]).__name__
-    for x in items[::stride][:POPULATION_SAMPLE]:
-        for k in list(_vars(x)):
-            if isinstance(k, str) and not k.startswith("__"):
-                counts[k] = counts.get(k, 0) + 1
-    return {k: (n * stride, tname) for k, n in counts.items()}
-
-
-def _containers(dataset: Any) -> list[tuple[str, Any, str]]:
-    """(name, container, kind) of what the Dataset keeps, at most :data:`MAX_ATTRS`."""
-    out: list[tuple[str, Any, str]] = []
-    cls = type(dataset)
-    # (prefix, namespace, look one level into the user's instances in it)
-    spaces: list[tuple[str, dict[str, Any], bool]] = [(cls.__name__, _vars(dataset), True),
-                                                      (cls.__name__, dict(vars(cls)), False)]
-    mod = sys.modules.get(cls.__module__)
-    if mod is not None and is_user_module(mod):
-        spaces.append((cls.__module__.rsplit(".", 1)[-1], vars(mod), False))
-    for prefix, ns, deeper in spaces:
-        for k, v in list(ns.items()):
-            if not isinstance(k, str) or k.startswith("__"):
-                continue
-            name = f"{prefix}.{key_label(k).strip(chr(39))}"
-            kind = _kind(v)
-            if kind is not None:
-                out.append((name, v, kind))
-            elif deeper and is_user_type(type(v)) and not isinstance(v, type):
-                for k2, v2 in list(_vars(v).items()):  # one level in: self.reader.cache
-                    kind2 = _kind(v2)
-                    if kind2 is not None and isinstance(k2, str):
-                        out.append((f"{name}.{key_label(k2).strip(chr(39))}", v2, kind2))
-    seen: set[int] = set()
-    unique = []
-    for n, c, k in out:
-        if id(c) not in seen:
-            seen.add(id(c))
-            unique.append((n, c, k))
-    return unique[:MAX_ATTRS]
-
-
-def _kind(v: Any) -> str | None:
-    if type(v) is CACHE_TYPE:
-        return "cache"
-    return CONTAINER_TYPES.get(type(v))
-
-
-def _vars(o: Any) -> dict[str, Any]:
-    try:
-        d = object.__getattribute__(o, "__dict__")
-    except Exception:  # noqa: BLE001 - slots, proxies
-        return {}
-    return d if isinstance(d, dict) else {}
-
-
 def _int(v: Any) -> int:
     return int(v) if isinstance(v, int | float) else 0
 
 
-def summarize(answers: list[dict[str, Any]]) -> WorkerGrowth:
+def summarize(answers: list[dict[str, Any]], seq: int | None = None) -> WorkerGrowth:
     """The workers' answers as one value: per attribute, how many workers it grew in, by how
-    many elements and bytes per worker (their mean), its length now (the largest)."""
+    many elements and bytes per worker (their mean), its length now (the largest). An answer
+    made as the worker saw request ``seq`` (the one this check just made) measures the stretch
+    between this check and the previous one exactly: its ``recent`` is that stretch and its
+    ``earlier`` the one before; any other answer is read as it stands (what grew since the
+    request it saw last, and the stretches before)."""
     by_name: dict[str, list[dict[str, Any]]] = {}
     for doc in answers:
+        answered = seq is not None and _seq_of(doc) >= seq and doc.get("fresh") is True
         for name, e in doc["attrs"].items():
             if isinstance(e, dict) and isinstance(e.get("len_delta"), int | float):
-                by_name.setdefault(str(name), []).append(e)
+                by_name.setdefault(str(name), []).append(_at_check(e) if answered else e)
     attrs = _grown(by_name, "len_delta")
     if attrs:
         attrs.sort(key=lambda a: a.bytes_delta * a.workers, reverse=True)
     else:
-        # None grew since the latest request a worker saw: a worker sees a request up to
-        # :data:`POLL_S` (and its scheduling) late, so where a stretch between checks is
-        # shorter than that (epochs of 0.3 s), all it made after the request counts before
-        # it. Named from that stretch, its growth since 0 and unweighed.
+        # None grew since the latest request a worker saw: a worker that could not answer this
+        # check's request in time saw the previous one up to :data:`POLL_S` late, so where a
+        # stretch between checks is shorter than that, all it made after the request counts
+        # before it. Named from that stretch, its growth since 0 and unweighed.
         attrs = sorted((dataclasses.replace(a, len_delta=0) for a in _grown(by_name, "before")),
                        key=lambda a: a.before * a.workers, reverse=True)
     datasets = sorted({str(d.get("dataset", "?")) for d in answers})
     return WorkerGrowth(answered=len(answers), attrs=attrs, datasets=datasets,
-                        seqs=sorted({int(d.get("seq", 0) or 0) for d in answers}))
+                        seqs=sorted({_seq_of(d) for d in answers}))
+
+
+def _at_check(e: dict[str, Any]) -> dict[str, Any]:
+    """An entry answered as its worker saw this check's request, as the stretches between
+    checks: the one that just ended (``recent``) is "since the last check"."""
+    out = {**e, "len_delta": _int(e.get("recent")), "before": _int(e.get("earlier")),
+           "earlier": _int(e.get("earliest"))}
+    out["bytes_delta"] = e.get("recent_bytes", 0)
+    return out
 
 
 def _mean(entries: list[dict[str, Any]], key: str) -> int:
