@@ -14,7 +14,9 @@ same word. The goal is 0 flips; a flip left is explained by evidence, not by a w
     python benchmarks/bench_load_study.py --reps 1 --only leak_slow --only ctrl_clean
 
 Prints the flips (scenario, its word in each run) and writes
-``benchmarks/results/load_study.json`` (every scenario's words, each run's wall time and load).
+``benchmarks/results/load_study.json`` (every scenario's words, each run's wall time and load,
+and each scenario's trail: what memwatch said at each epoch's check, the evidence a flip is
+placed from).
 The full study takes 40-60 minutes on a 2-core machine (42+ scenarios one at a time, six times).
 """
 
@@ -71,6 +73,23 @@ def verdict(row: dict[str, Any]) -> str:
     return word
 
 
+def trail(raw: dict[str, Any]) -> list[list[str]]:
+    """What memwatch said at each epoch's check of one run, compactly (``rule:kind:metric``
+    and the finding's belief where it has one): the evidence a flip is placed from (a leak
+    confirmed at the first check in one run and called retention in another)."""
+    out = []
+    for fs in raw.get("findings") or []:
+        words = []
+        for f in fs if isinstance(fs, list) else []:
+            if not isinstance(f, dict):
+                continue
+            belief = (f.get("evidence") or {}).get("belief_state")
+            words.append(":".join(str(f.get(k, "")) for k in ("rule", "kind", "metric"))
+                         + (f"={belief}" if belief and belief != f.get("kind") else ""))
+        out.append(words)
+    return out
+
+
 def flips(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, list[str]]]:
     """Per scenario, its words by condition (in run order); only the scenarios that flipped."""
     words: dict[str, dict[str, list[str]]] = {}
@@ -111,6 +130,7 @@ def study(names: list[str] | None, reps: int, burners: int, quick: bool, jobs: i
                          "wall_s": round(time.perf_counter() - t0, 1), "load_avg_1min": load,
                          "verdicts": {r["name"]: verdict(r) for r in rows},
                          "errors": {r["name"]: r["error"][-400:] for r in rows if "error" in r},
+                         "trails": {n: trail(r) for n, r in raw.items() if "error" not in r},
                          "summary": summary})
     return runs
 

@@ -48,3 +48,14 @@ def test_the_whole_corpus_is_both_parts_by_name() -> None:
     assert whole == list(scenarios.NAMES) + list(scenarios.HELDOUT)
     assert study.selected(["ctrl_clean", "nope"], "whole") == ["ctrl_clean"]
     assert study.selected(["ctrl_clean"], "design") == []  # not a reported scenario
+
+
+def test_a_trail_says_what_each_check_said() -> None:
+    raw = {"findings": [[], [{"rule": "native", "kind": "leak", "metric": "host.rss",
+                              "evidence": {"belief_state": "leak"}},
+                             {"rule": "workers", "kind": "plateau", "metric": "workers.uss"}],
+                        [{"rule": "native", "kind": "allocator_retention", "metric": "host.rss",
+                          "evidence": {"belief_state": "withdrawn"}}]]}
+    assert study.trail(raw) == [[], ["native:leak:host.rss", "workers:plateau:workers.uss"],
+                                ["native:allocator_retention:host.rss=withdrawn"]]
+    assert study.trail({}) == [] and study.trail({"findings": [None, ["x"]]}) == [[], []]
