@@ -82,6 +82,29 @@ def score(sc: Any, row: dict[str, Any], raw: dict[str, Any]) -> dict[str, Any] |
     out["kind"] = quiet and (sc.expected_kind == "none" or (
         sc.expected_kind in KIND_FINDINGS and _said_kind(sc.expected_kind, said)))
     out["quiet"] = quiet
+    if not out["kind"]:
+        # What the run's series did, kept so that a kind missed once (a loaded CI machine) can
+        # be placed afterwards without running it again.
+        out["kind_evidence"] = epoch_shape(raw, sc.expected_metric + ".")
+    return out
+
+
+def epoch_shape(raw: dict[str, Any], prefix: str) -> dict[str, list[list[float]]]:
+    """Per series of ``prefix`` (``host.``), each epoch's first, lowest and last sample, MiB."""
+    out: dict[str, list[list[float]]] = {}
+    steps = raw.get("steps") or []
+    for key, vals in (raw.get("series") or {}).items():
+        if not key.startswith(prefix):
+            continue
+        epochs = []
+        for meta in raw.get("epoch_meta") or []:
+            lo, hi = meta.get("start_step", 0), meta.get("end_step", 0)
+            xs = [v for st, v in zip(steps, vals, strict=False)
+                  if lo <= st <= hi and isinstance(v, int | float)]
+            if xs:
+                epochs.append([round(xs[0] / 2**20, 1), round(min(xs) / 2**20, 1),
+                               round(xs[-1] / 2**20, 1)])
+        out[key] = epochs
     return out
 
 

@@ -59,3 +59,16 @@ def test_a_trail_says_what_each_check_said() -> None:
     assert study.trail(raw) == [[], ["native:leak:host.rss", "workers:plateau:workers.uss"],
                                 ["native:allocator_retention:host.rss=withdrawn"]]
     assert study.trail({}) == [] and study.trail({"findings": [None, ["x"]]}) == [[], []]
+
+
+def test_a_missed_kind_keeps_each_epochs_shape() -> None:
+    from benchmarks import _reported
+
+    mib = 2**20
+    raw = {"steps": [1, 2, 3, 4], "epoch_meta": [{"start_step": 1, "end_step": 2},
+                                                 {"start_step": 3, "end_step": 4}],
+           "series": {"host.rss": [10 * mib, 9 * mib, 12 * mib, None],
+                      "workers.uss": [1.0, 1.0, 1.0, 1.0]}}
+    assert _reported.epoch_shape(raw, "host.") == {"host.rss": [[10.0, 9.0, 9.0],
+                                                                [12.0, 12.0, 12.0]]}
+    assert _reported.epoch_shape({}, "host.") == {}

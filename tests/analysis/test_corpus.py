@@ -520,7 +520,8 @@ def test_reported_non_leak_said_for_what_it_is(rows: dict[str, dict[str, Any]],
     r = rows[sc.name]
     assert "error" not in r, r.get("error")
     assert r["reported_score"]["kind"], (
-        f"expected {sc.expected_kind}; said {r['reported_score'].get('said')}")
+        f"expected {sc.expected_kind}; said {r['reported_score'].get('said')}; each epoch's "
+        f"first, lowest and last MiB: {r['reported_score'].get('kind_evidence')}")
 
 
 @pytest.mark.corpus
