@@ -20,7 +20,7 @@ from memwatch.analysis.culprits.census.containers import (
     cache_size,
 )
 from memwatch.analysis.culprits.census.ownership import is_user_module, is_user_type
-from memwatch.analysis.culprits.holders.referrers import key_label
+from memwatch.analysis.culprits.holders.referrers import key_label, safe_dict
 
 __all__ = ["MAX_ATTRS", "POPULATION_SAMPLE", "attribute_counts", "containers", "dataset_lengths",
            "vars_of"]
@@ -109,8 +109,6 @@ def _kind(v: Any) -> str | None:
 
 
 def vars_of(o: Any) -> dict[str, Any]:
-    try:
-        d = object.__getattribute__(o, "__dict__")
-    except Exception:  # noqa: BLE001 - slots, proxies
-        return {}
+    """``o.__dict__`` without ``__getattr__`` hooks (:func:`safe_dict`), or ``{}``."""
+    d = safe_dict(o)
     return d if isinstance(d, dict) else {}
