@@ -280,7 +280,6 @@ class _Answers:
         self.earlier: dict[str, int] = {}  # ... and between the two before those
         self.earliest: dict[str, int] = {}  # ... and the stretch before that
         self.fresh = False  # this answer is the first since a new request
-        self.weights: dict[str, tuple[float, str]] = {}
 
     def update(self, seq: int) -> bool:
         """Take the census again (at a new request: mark it). True when the answer changed."""
@@ -294,7 +293,6 @@ class _Answers:
                            if k in self.at_request and self.at_request[k][1] == kind}
             self.at_request = dict(now)
             self.seq = seq
-            self.weights.clear()
         self.now = now
         return changed
 
