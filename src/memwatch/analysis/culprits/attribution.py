@@ -169,7 +169,11 @@ def attribute(metric: str, cur: EpochStats, pair: CensusPair | None,
     # of RSS at the census moments would let a busy machine decide the verdict.
     if metric.startswith("host.rss"):  # host.rss, or its anonymous / shared-memory part
         rss_growth = growth
-        tensor_growth = sum(max(c.bytes, 0) for c in cands if c.group is not None)
+        # The groups that gained, each by its own shape; never more than live tensors added in
+        # all (a cache at its bound replacing entries of one shape with another's gains in some
+        # groups what it loses in others: that rotation explains no growth).
+        tensor_growth = min(sum(max(c.bytes, 0) for c in cands if c.group is not None),
+                            max(census_mod.net_growth(prev.census, rec.census, dev_prefix), 0))
         object_growth = sum(max(c.bytes, 0) for c in cands if c.container is not None)
         # A container of tensors is weighed by the same bytes its tensor groups grew by: the
         # larger of the two, not their sum.

@@ -32,8 +32,8 @@ from memwatch.analysis.culprits.census.containers import (
 )
 from memwatch.analysis.evidence import Census, Group, GroupGrowth, GroupKey
 
-__all__ = ["Census", "Group", "GroupGrowth", "GroupKey", "TooManyObjects", "diff", "take_census",
-           "tensor_census", "type_growth"]
+__all__ = ["Census", "Group", "GroupGrowth", "GroupKey", "TooManyObjects", "diff", "net_growth",
+           "take_census", "tensor_census", "type_growth"]
 
 _MAX_IDS_PER_GROUP = 4096
 #: Instances of user classes whose attributes are looked at for untracked dicts: the holders
@@ -373,6 +373,19 @@ def diff(prev: Census, cur: Census, device_prefix: str | None = None) -> list[Gr
         out.append(GroupGrowth(g, dc, db, new_ids, dn, dgb, dgs))
     out.sort(key=lambda x: (x.effective_bytes, x.count_delta), reverse=True)
     return out
+
+
+def net_growth(prev: Census, cur: Census, device_prefix: str | None = None) -> int:
+    """Bytes the live tensors of ``device_prefix`` added in all between two censuses (storages
+    and autograd graphs, every group: those that lost count against those that gained).
+
+    :func:`diff` lists only the groups that gained, each by its own shape: a cache at its bound
+    that replaces entries of one shape with entries of another (sequence lengths, crops) shows
+    gains in some groups and as much lost in others, and the gains alone are no growth."""
+    def total(c: Census) -> int:
+        return sum(g.bytes + g.graph_bytes for k, g in c.groups.items()
+                   if device_prefix is None or k[0].startswith(device_prefix))
+    return total(cur) - total(prev)
 
 
 def type_growth(prev: Census, cur: Census, top: int = 5) -> list[tuple[str, int]]:
