@@ -297,10 +297,10 @@ def test_a_full_cache_rotating_entries_of_other_shapes_explains_no_growth() -> N
     (retention), not a leak named on a cache that cannot grow."""
     for i in range(8):
         _mask_for(i)
-    prev = C.take_census()
+    prev = C.take_census(collect=True)  # (earlier tests' garbage gone before either census)
     for i in range(8, 16):
         _mask_for(i)
-    cur = C.take_census()
+    cur = C.take_census(collect=True)
     try:
         assert _mask_for.cache_info().currsize == 8
         gained = sum(g.effective_bytes for g in C.diff(prev, cur, "cpu")
