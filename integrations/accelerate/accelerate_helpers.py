@@ -79,6 +79,26 @@ def train(accelerator: Accelerator, model: Any, opt: Any, data: Any, epochs: int
     return completed
 
 
+def session_story(mw: Any) -> str:
+    """What a session saw, for a failed assertion to print: its epochs (steps, seconds, RSS at
+    the first and last step, the lowest reading), its checks and every finding (check, rule,
+    kind, severity, metric). A verdict that did not come is then told from the run's own
+    figures, not guessed."""
+    lines = [f"steps {mw.step_count}, checks {mw.checks}, epochs {len(mw.epochs)}"]
+    tl = mw.timeline
+    steps, rss = tl.series("host.rss") if tl is not None and "host.rss" in tl.keys else ([], [])
+    pairs = list(zip(list(steps), list(rss), strict=False))
+    for e in mw.epochs:
+        got = [v for s, v in pairs if e.start_step <= s <= e.end_step]
+        mib = [f"{v / 2**20:.1f}" for v in (got[0], min(got), got[-1])] if got else ["-"] * 3
+        lines.append(f"  epoch {e.epoch}: steps {e.start_step}-{e.end_step}, "
+                     f"{e.t_end - e.t_start:.1f} s, RSS MiB first/lowest/last {'/'.join(mib)}")
+    for f in mw.findings:
+        lines.append(f"  check {f.check} step {f.step}: {f.rule} {f.kind} {f.severity} "
+                     f"{f.metric}: {f.message[:160]}")
+    return "\n".join(lines)
+
+
 def reset_accelerate() -> None:
     AcceleratorState._reset_state(True)
     GradientState._reset_state()
