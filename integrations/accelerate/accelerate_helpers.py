@@ -81,18 +81,17 @@ def train(accelerator: Accelerator, model: Any, opt: Any, data: Any, epochs: int
 
 def session_story(mw: Any) -> str:
     """What a session saw, for a failed assertion to print: its epochs (steps, seconds, RSS at
-    the first and last step, the lowest reading), its checks and every finding (check, rule,
-    kind, severity, metric). A verdict that did not come is then told from the run's own
-    figures, not guessed."""
+    the first and last step and the lowest reading, from each epoch's summary), its checks and
+    every finding (check, rule, kind, severity, metric). A verdict that did not come is then
+    told from the run's own figures, not guessed."""
     lines = [f"steps {mw.step_count}, checks {mw.checks}, epochs {len(mw.epochs)}"]
-    tl = mw.timeline
-    steps, rss = tl.series("host.rss") if tl is not None and "host.rss" in tl.keys else ([], [])
-    pairs = list(zip(list(steps), list(rss), strict=False))
     for e in mw.epochs:
-        got = [v for s, v in pairs if e.start_step <= s <= e.end_step]
-        mib = [f"{v / 2**20:.1f}" for v in (got[0], min(got), got[-1])] if got else ["-"] * 3
+        rss = "-"
+        if "host.rss" in e.keys:
+            i = e.col("host.rss")
+            rss = "/".join(f"{v / 2**20:.1f}" for v in (e.first[i], e.floor[i], e.last[i]))
         lines.append(f"  epoch {e.epoch}: steps {e.start_step}-{e.end_step}, "
-                     f"{e.t_end - e.t_start:.1f} s, RSS MiB first/lowest/last {'/'.join(mib)}")
+                     f"{e.t_end - e.t_start:.1f} s, RSS MiB first/lowest/last {rss}")
     for f in mw.findings:
         lines.append(f"  check {f.check} step {f.step}: {f.rule} {f.kind} {f.severity} "
                      f"{f.metric}: {f.message[:160]}")
