@@ -77,7 +77,7 @@ def _trace() -> list[dict[str, Any]]:
 
     def _unit(e: Any) -> dict[str, Any] | None:
         return None if e is None else {k: getattr(e, k) for k in (
-            "unit", "n_steps", "floor", "peak", "rise", "shape", "threshold")}
+            "unit", "n_steps", "floor", "peak", "lo_end", "rise", "shape", "threshold")}
 
     def trace(name: str, describe: Any) -> None:
         """Replace ``W.<name>`` by a call that records ``describe(args, result)``."""
@@ -93,8 +93,9 @@ def _trace() -> list[dict[str, Any]]:
     trace("_steady", lambda a, r: {"units": [_unit(e) for e in a[0]],
                                    "steady": [e.unit for e in r]})
     trace("_held_in_census", lambda a, r: {
-        "census": dataclasses.asdict(a[0]) if a[0] else None, "cur": _unit(a[1]),
-        "rss": _unit(a[2]), "held_in_census": r})
+        "census": dataclasses.asdict(a[0]) if a[0] else None,
+        "units": [_unit(e) for e in a[1]], "rss": _unit(a[2]), "prev_rss": _unit(a[3]),
+        "held_in_census": r})
     trace("_private_growth", lambda a, r: {"rss_units": [_unit(e) for e in a[1]],
                                            "private_growth": r})
     trace("_slowing", lambda a, r: {"slowing": r})

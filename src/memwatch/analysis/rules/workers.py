@@ -60,7 +60,9 @@ def judge(inp: RuleInput) -> list[Finding]:
     v = cfg.held(steady) if len(steady) >= 2 else "pending"
     if v == "leak" and len(steady) == 2 and _slowing(steady, cfg.deceleration):
         v = "pending"  # a worker's warm-up levels off: the third unit tells
-    if _census_decides(v, steady) and _held_in_census(grown, cur, rss, int(count), cfg):
+    prev_rss = rss_hist[-2] if len(rss_hist) >= 2 and rss is not None else None
+    if _census_decides(v, steady) and \
+            _held_in_census(grown, steady, rss, prev_rss, int(count), cfg):
         # The workers' own censuses are the evidence the series does not have yet: a
         # container of the Dataset grew over the stretch before the last check and again
         # since, at the same pace, explaining the workers' growth: held, not a warm-up.
@@ -87,22 +89,39 @@ def judge(inp: RuleInput) -> list[Finding]:
 
 def _census_decides(v: str, steady: list[EpochStats]) -> bool:
     """The series has no verdict of its own yet, so the workers' censuses may give it: one
-    unit of the workers (or two, the second slowing: ``pending``), or two whose latest rose
-    as a step. Workers' private memory often rises in steps (a cache filling the allocator's
-    arenas, pages copied on write at an epoch's start: recorded, a cache of 2 KiB tensors read
-    by 2 persistent workers, floors 18.2 → 33.5 MiB as two steps of 13.3 and 6.0); two steps
-    in a row are the three-floor rule's, at the third unit (``none`` at the second)."""
-    return v == "pending" or (v == "none" and len(steady) == 2 and steady[-1].shape == "step")
+    unit of the workers (or two, the second slowing: ``pending``), or two of which the latest
+    added memory it still held at its end, whatever the shape of its readings inside.
+    Workers' private memory often rises in steps (a cache filling the allocator's arenas, pages
+    copied on write at an epoch's start: recorded, a cache of 2 KiB tensors read by 2 persistent
+    workers, floors 18.2 → 33.5 MiB as two steps of 13.3 and 6.0), and how a unit's readings
+    spread inside it (a step, a trend, or neither above the noise: a rise of 7.8 MiB read as
+    flat beside a 5.3 MiB threshold) follows when the allocator took pages and when the
+    background poll read them, which the machine's load moves; two such units in a row are the
+    three-floor rule's, at the third unit (``none`` at the second)."""
+    return v == "pending" or (v == "none" and len(steady) == 2 and
+                              _gain(steady[-2], steady[-1]) > steady[-1].threshold)
 
 
-def _held_in_census(grown: WorkerGrowth | None, cur: EpochStats, rss: EpochStats | None,
-                    workers: int, cfg: AnalyzerConfig) -> bool:
+def _gain(prev: EpochStats | None, cur: EpochStats) -> float:
+    """What a unit added and still held at its end: its rise or trend inside, or its end floor
+    above the previous unit's end floor (each the floor over a unit's last tenth, after its
+    temporaries are freed: growth between the two ends, whichever way it was spread)."""
+    inside = max(cur.rise, cur.growth)
+    return inside if prev is None else max(inside, cur.lo_end - prev.lo_end)
+
+
+def _held_in_census(grown: WorkerGrowth | None, steady: list[EpochStats],
+                    rss: EpochStats | None, prev_rss: EpochStats | None, workers: int,
+                    cfg: AnalyzerConfig) -> bool:
     """The workers' censuses show a container of the Dataset that gained elements before the
     last check and again since, not slower by more than ``cfg.deceleration`` (a cache filled
     once levels off), weighing at least ``cfg.retention_explained`` of the workers' private
-    growth in this unit; that growth is a trend or a step up, and their resident memory rose
-    with it (new memory, not copy-on-write)."""
-    if grown is None or not grown.attrs or cur.shape not in ("growing", "step"):
+    growth in this unit; that growth (:func:`_gain`) is above the unit's noise, and their
+    resident memory rose with it (new memory, not copy-on-write)."""
+    cur = steady[-1]
+    prev = steady[-2] if len(steady) >= 2 else None
+    uss_gain = _gain(prev, cur)
+    if grown is None or not grown.attrs or uss_gain <= cur.threshold:
         return False
     a = grown.attrs[0]
     # Before the last check: the stretch before it, or the one before that where it was
@@ -111,8 +130,7 @@ def _held_in_census(grown: WorkerGrowth | None, cur: EpochStats, rss: EpochStats
     prior = max(a.before, a.earlier)
     if prior <= 0 or a.len_delta < cfg.deceleration * prior:
         return False
-    uss_gain = max(cur.rise, cur.growth)
-    if rss is None or max(rss.rise, rss.growth) < 0.5 * uss_gain:
+    if rss is None or _gain(prev_rss, rss) < 0.5 * uss_gain:
         return False
     return a.bytes_delta * min(a.workers, workers) >= cfg.retention_explained * uss_gain
 
