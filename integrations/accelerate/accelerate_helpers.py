@@ -81,9 +81,11 @@ def train(accelerator: Accelerator, model: Any, opt: Any, data: Any, epochs: int
 
 def session_story(mw: Any) -> str:
     """What a session saw, for a failed assertion to print: its epochs (steps, seconds, RSS at
-    the first and last step and the lowest reading, from each epoch's summary), its checks and
-    every finding (check, rule, kind, severity, metric). A verdict that did not come is then
-    told from the run's own figures, not guessed."""
+    the first and last step and the lowest reading, from each epoch's summary), its checks,
+    every finding (check, rule, kind, severity, metric), the censuses taken, and what the
+    analyzer judged of RSS and the C allocator's figures at each unit (shape, the held-growth
+    verdict up to it, floors, thresholds, closing readings). A verdict that did not come is
+    then told from the run's own figures, not guessed."""
     lines = [f"steps {mw.step_count}, checks {mw.checks}, epochs {len(mw.epochs)}"]
     for e in mw.epochs:
         rss = "-"
@@ -95,6 +97,21 @@ def session_story(mw: Any) -> str:
     for f in mw.findings:
         lines.append(f"  check {f.check} step {f.step}: {f.rule} {f.kind} {f.severity} "
                      f"{f.metric}: {f.message[:160]}")
+    analyzer = mw.analyzer
+    history = getattr(analyzer, "history", None) or {}
+    if analyzer is not None:
+        lines.append(f"  censuses {getattr(analyzer, 'censuses', '?')}")
+    for metric in ("host.rss", "host.malloc_in_use", "host.malloc_free"):
+        hist = history.get(metric, [])
+        for k, h in enumerate(hist):
+            mib = {name: "-" if v is None else f"{v / 2**20:.1f}" for name, v in (
+                ("floor", h.floor), ("lo_end", h.lo_end), ("peak", h.peak), ("rise", h.rise),
+                ("growth", h.growth), ("thr", h.threshold), ("closing", h.closing))}
+            held = analyzer.config.held(hist[:k + 1])
+            lines.append(
+                f"  {metric} {h.unit}: {h.shape}, held {held}, points {h.n_points}, MiB "
+                + " ".join(f"{n} {v}" for n, v in mib.items())
+                + f", slope {h.slope / 2**20:.3f} (high {h.trend.slope_high / 2**20:.3f}) MiB/step")
     return "\n".join(lines)
 
 

@@ -5,6 +5,7 @@ log."""
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 from pathlib import Path
@@ -17,6 +18,17 @@ from memwatch.integrations.accelerate import attach
 from memwatch.testing import malloc_trim
 
 wandb = pytest.importorskip("wandb")
+
+
+class _Lines(logging.Handler):
+    """memwatch's own log records during the loop, kept for a failed assertion to print."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage()[:300])
 
 
 def test_metrics_and_findings_reach_an_offline_wandb_run(
@@ -37,15 +49,25 @@ def test_metrics_and_findings_reach_an_offline_wandb_run(
     run_dir = Path(acc.get_tracker("wandb", unwrap=True).dir).parent
     hook = attach(acc, opt, workers=False, log_every_n_steps=8)
     assert Path(hook.memwatch.out_dir) == tmp_path / "memwatch"  # under the project dir
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        train(acc, model, opt, data, epochs=3, leak_from_epoch=1,
-              after_step=lambda n: acc.log({"train/loss_seen": 1.0}, step=n))
+    debug = _Lines()
+    mw_log = logging.getLogger("memwatch")
+    level = mw_log.level
+    mw_log.addHandler(debug)
+    mw_log.setLevel(logging.DEBUG)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            train(acc, model, opt, data, epochs=3, leak_from_epoch=1,
+                  after_step=lambda n: acc.log({"train/loss_seen": 1.0}, step=n))
+    finally:
+        mw_log.removeHandler(debug)
+        mw_log.setLevel(level)
     # (Not pytest.warns: when the warning does not come, the session's own figures say why; a
     # full suite beside two busy loops once ended without it, and told nothing more.)
     said = [str(w.message) for w in caught if issubclass(w.category, MemWatchWarning)]
     assert any("leak" in m for m in said), f"no leak warning ({said}):\n" + \
-        session_story(hook.memwatch)
+        session_story(hook.memwatch) + "\n  memwatch's debug log:\n    " + \
+        "\n    ".join(debug.lines[-40:])
     hook.detach()
     acc.end_training()
 

@@ -37,12 +37,13 @@ from memwatch.analysis.context import AnalyzerConfig
 from memwatch.analysis.evidence import Attribution
 from memwatch.analysis.rules.base import SubRule
 from memwatch.analysis.rules.words import forecast_words, span, where
+from memwatch.analysis.stats.held import SIMILAR
 from memwatch.analysis.stats.shapes import EpochStats
 from memwatch.core.findings import Finding, Origin, Severity
 from memwatch.core.units import fmt_bytes
 
-__all__ = ["IN_USE", "PART", "HeapGrowth", "at_checks", "heap_growth", "in_use_held", "in_use_leak",
-           "in_use_stairs", "native_or_retention"]
+__all__ = ["IN_USE", "PART", "HeapGrowth", "at_checks", "heap_growth", "in_use_at_checks_held",
+           "in_use_held", "in_use_leak", "in_use_stairs", "native_or_retention"]
 
 #: This part of the leak rule, as its findings name it.
 PART = SubRule(name="native", kinds=frozenset({"leak", "allocator_retention"}))
@@ -176,6 +177,45 @@ def in_use_held(history: Mapping[str, list[EpochStats]], hist: list[EpochStats],
     in_use_rise = heap[-1].floor - heap[0].floor
     rss_rise = hist[-1].floor - hist[-len(heap)].floor
     return rss_rise >= NATIVE_SHARE * in_use_rise and rss_rise > hist[-1].threshold
+
+
+def in_use_at_checks_held(history: Mapping[str, list[EpochStats]], hist: list[EpochStats],
+                          cfg: AnalyzerConfig) -> bool:
+    """The C allocator's in-use bytes, read at the last three checks, rose at both of the last
+    two by similar amounts (within :data:`~memwatch.analysis.stats.held.SIMILAR`, the second not
+    slower than ``cfg.deceleration`` of the first: a cache filling levels off), each above the
+    in-use series' noise and RSS's threshold over its unit, and RSS rose with them between the
+    same checks (by at least
+    :data:`NATIVE_SHARE` of the two, and by more than its own threshold).
+
+    Memory handed out and still in use at two boundaries in a row, at a steady pace: held
+    growth, read where the loop's temporaries are freed (each check's closing reading is one
+    instant at the same place in the loop, whatever the wall clock). The in-use floors
+    :func:`in_use_held` judges come from the background passes, whose readings land in a unit
+    where the clock puts them: with units of a fraction of a second a unit holds one or two,
+    taken early or late, and their shapes and stairs follow that timing. RSS alone misses such
+    a leak where the allocator hands the leak chunks that memwatch's own previous check, or the
+    run, freed: a unit's RSS then rises at half the leak's pace and reads as slowing down."""
+    if len(hist) < 3 or any(h.closing is None for h in hist[-3:]):
+        return False
+    by_unit = _by_unit(history, IN_USE)
+    units = [by_unit.get(h.unit) for h in hist[-3:]]
+    if any(u is None or u.closing is None for u in units):
+        return False
+    a, b, c = (u.closing for u in units if u is not None and u.closing is not None)
+    first, second = b - a, c - b
+    # Each rise must pass the in-use series' noise (its least inflated unit threshold: a unit
+    # holding one restated reading step reads that step as noise, which no closing reading
+    # carries) and RSS's threshold over the same unit: growth RSS would have resolved.
+    noise = min(u.threshold for u in units if u is not None)
+    if first <= max(noise, hist[-2].threshold) or second <= max(noise, hist[-1].threshold) or \
+            second < cfg.deceleration * first or second > first / SIMILAR:
+        return False
+    end, start = hist[-1].closing, hist[-3].closing
+    if end is None or start is None:
+        return False
+    rss_rise = end - start
+    return rss_rise >= NATIVE_SHARE * (first + second) and rss_rise > hist[-1].threshold
 
 
 def in_use_stairs(history: Mapping[str, list[EpochStats]], hist: list[EpochStats],

@@ -98,7 +98,8 @@ def judge_metric(inp: RuleInput, metric: str,
     stair = stairs(history, hist, inp)
     if v != "leak" and stair is not None:
         v = "leak"  # held stairs on the allocator's in-use bytes (RSS shows them late)
-    if v != "leak" and metric == "host.rss" and native.in_use_held(history, hist, cfg):
+    if v != "leak" and metric == "host.rss" and (native.in_use_held(history, hist, cfg) or
+                                                 native.in_use_at_checks_held(history, hist, cfg)):
         v = "leak"  # RSS stalled or its noise was memwatch's own: in-use bytes confirm it
     if v == "leak" and metric == "host.rss":
         found = mapped_file.judge_growth(history, ctx, cfg, inp.mapped_files)
