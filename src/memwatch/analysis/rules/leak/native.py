@@ -196,25 +196,20 @@ def in_use_at_checks_held(history: Mapping[str, list[EpochStats]], hist: list[Ep
     taken early or late, and their shapes and stairs follow that timing. RSS alone misses such
     a leak where the allocator hands the leak chunks that memwatch's own previous check, or the
     run, freed: a unit's RSS then rises at half the leak's pace and reads as slowing down."""
-    if len(hist) < 3 or any(h.closing is None for h in hist[-3:]):
+    if len(hist) < 3 or hist[-2].closing is None:  # each of the three checks read RSS
         return False
     by_unit = _by_unit(history, IN_USE)
-    units = [by_unit.get(h.unit) for h in hist[-3:]]
-    if any(u is None or u.closing is None for u in units):
+    a, b, c = (by_unit.get(h.unit) for h in hist[-3:])
+    first, second, rss_rise = at_checks(a, b), at_checks(b, c), at_checks(hist[-3], hist[-1])
+    if first is None or second is None or rss_rise is None:
         return False
-    a, b, c = (u.closing for u in units if u is not None and u.closing is not None)
-    first, second = b - a, c - b
     # Each rise must pass the in-use series' noise (its least inflated unit threshold: a unit
     # holding one restated reading step reads that step as noise, which no closing reading
     # carries) and RSS's threshold over the same unit: growth RSS would have resolved.
-    noise = min(u.threshold for u in units if u is not None)
+    noise = min(u.threshold for u in (a, b, c) if u is not None)
     if first <= max(noise, hist[-2].threshold) or second <= max(noise, hist[-1].threshold) or \
             second < cfg.deceleration * first or second > first / SIMILAR:
         return False
-    end, start = hist[-1].closing, hist[-3].closing
-    if end is None or start is None:
-        return False
-    rss_rise = end - start
     return rss_rise >= NATIVE_SHARE * (first + second) and rss_rise > hist[-1].threshold
 
 
