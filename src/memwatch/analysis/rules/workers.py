@@ -60,7 +60,8 @@ def judge(inp: RuleInput) -> list[Finding]:
     v = cfg.held(steady) if len(steady) >= 2 else "pending"
     if v == "leak" and len(steady) == 2 and _slowing(steady, cfg.deceleration):
         v = "pending"  # a worker's warm-up levels off: the third unit tells
-    prev_rss = rss_hist[-2] if len(rss_hist) >= 2 and rss is not None else None
+    # RSS of the unit before ``cur`` among the steady ones (by unit, as _private_growth reads it)
+    prev_rss = {r.unit: r for r in rss_hist}.get(steady[-2].unit) if len(steady) >= 2 else None
     if _census_decides(v, steady) and \
             _held_in_census(grown, steady, rss, prev_rss, int(count), cfg):
         # The workers' own censuses are the evidence the series does not have yet: a
