@@ -20,19 +20,8 @@ from memwatch.testing import malloc_trim
 wandb = pytest.importorskip("wandb")
 
 
-class _Lines(logging.Handler):
-    """memwatch's own log records during the loop, kept for a failed assertion to print."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage()[:300])
-
-
 def test_metrics_and_findings_reach_an_offline_wandb_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -49,25 +38,18 @@ def test_metrics_and_findings_reach_an_offline_wandb_run(
     run_dir = Path(acc.get_tracker("wandb", unwrap=True).dir).parent
     hook = attach(acc, opt, workers=False, log_every_n_steps=8)
     assert Path(hook.memwatch.out_dir) == tmp_path / "memwatch"  # under the project dir
-    debug = _Lines()
-    mw_log = logging.getLogger("memwatch")
-    level = mw_log.level
-    mw_log.addHandler(debug)
-    mw_log.setLevel(logging.DEBUG)
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            train(acc, model, opt, data, epochs=3, leak_from_epoch=1,
-                  after_step=lambda n: acc.log({"train/loss_seen": 1.0}, step=n))
-    finally:
-        mw_log.removeHandler(debug)
-        mw_log.setLevel(level)
+    with caplog.at_level(logging.DEBUG, logger="memwatch"), \
+            warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train(acc, model, opt, data, epochs=3, leak_from_epoch=1,
+              after_step=lambda n: acc.log({"train/loss_seen": 1.0}, step=n))
+    debug = [r.getMessage()[:300] for r in caplog.records if r.name.startswith("memwatch")]
     # (Not pytest.warns: when the warning does not come, the session's own figures say why; a
     # full suite beside two busy loops once ended without it, and told nothing more.)
     said = [str(w.message) for w in caught if issubclass(w.category, MemWatchWarning)]
     assert any("leak" in m for m in said), f"no leak warning ({said}):\n" + \
         session_story(hook.memwatch) + "\n  memwatch's debug log:\n    " + \
-        "\n    ".join(debug.lines[-40:])
+        "\n    ".join(debug[-40:])
     hook.detach()
     acc.end_training()
 
