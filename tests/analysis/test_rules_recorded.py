@@ -12,6 +12,7 @@ import pytest
 from memwatch.analysis import Analyzer, AnalyzerConfig, CheckContext
 from memwatch.analysis.evidence import Attribution, Holder
 from memwatch.core.findings import Finding
+from memwatch.core.units import fmt_bytes
 from memwatch.testing import RecordedEvidence
 from memwatch.timeline import Timeline
 
@@ -551,6 +552,9 @@ def test_the_in_use_share_is_read_at_the_checks_not_from_wall_paced_floors(
     for f in found:
         assert f.evidence["malloc_in_use_growth_at_checks_bytes"] == \
             pytest.approx(closing_share * 200 * MIB, rel=0.01)
+        # The words quote the figure that decided (the checks'), not the floors' growth.
+        assert f"{fmt_bytes(closing_share * 200 * MIB)} between the checks" in f.message, \
+            f.message
 
 
 def _reused_leak(placement: tuple[int, int, int], per_unit_in_use: tuple[float, float]

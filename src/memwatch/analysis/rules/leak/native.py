@@ -99,6 +99,14 @@ class HeapGrowth:
         return self.in_use > self.in_use_threshold and \
             self.in_use >= NATIVE_SHARE * max(rss_growth, 0.0)
 
+    @property
+    def in_use_words(self) -> str:
+        """The in-use growth the share was judged on, in words: between the checks' closing
+        readings where both were read (what :meth:`native` decides on), else floor to floor."""
+        if self.in_use_at_checks is not None:
+            return f"{fmt_bytes(self.in_use_at_checks)} between the checks"
+        return f"{fmt_bytes(self.in_use)} over the same stretch"
+
     def retained(self, rss_growth: float) -> bool:
         """The allocator keeps what RSS gained (at least half of it): its free bytes' floors
         grew by that much, or its heap grew with RSS between the checks. Free bytes trade
@@ -272,7 +280,7 @@ def native_or_retention(*, origin: Origin, metric: str, units: list[EpochStats],
                   seconds_to_oom=seconds_to_oom)
     if heap is not None and heap.native(rss_growth):
         msg = (f"{where(metric)} grows by {fmt_bytes(slope)} per step, and the C allocator's "
-               f"in-use bytes grew with it ({fmt_bytes(heap.in_use)} over the same stretch), "
+               f"in-use bytes grew with it ({heap.in_use_words}), "
                f"but {explained}: memory is handed out and not freed by code no census sees "
                "(a C/C++ extension, a compiled or traced module registry, an autograd graph "
                "kept by a reference cycle through C++, a library's own cache)." + forecast)
@@ -300,7 +308,7 @@ def native_or_retention(*, origin: Origin, metric: str, units: list[EpochStats],
             free += (f", and its heap by {fmt_bytes(heap.heap_at_checks or 0)} between the "
                      f"checks, as RSS grew by {fmt_bytes(heap.rss_at_checks or 0)}")
         msg = (f"{where(metric)} grows by {fmt_bytes(slope)} per step, but the C allocator's "
-               f"in-use bytes did not ({fmt_bytes(heap.in_use)} over the same stretch{free}) "
+               f"in-use bytes did not ({heap.in_use_words}{free}) "
                f"and {explained}: the allocator keeps memory that was freed (glibc arenas "
                "fragment under many threads and mixed allocation sizes); no code of yours "
                "holds it." + forecast)
@@ -315,7 +323,7 @@ def native_or_retention(*, origin: Origin, metric: str, units: list[EpochStats],
             ],
             evidence=ev, **common)
     if heap is not None:
-        seen = (f" Neither the C allocator's in-use bytes ({fmt_bytes(heap.in_use)}) nor its "
+        seen = (f" Neither the C allocator's in-use bytes ({heap.in_use_words}) nor its "
                 f"free bytes ({fmt_bytes(heap.free or 0)}) grew as much: the memory is outside "
                 "malloc's heap (Python's own small-object arenas, which it maps itself; thread "
                 "stacks; memory a library maps).")
@@ -344,8 +352,8 @@ def in_use_leak(*, origin: Origin, metric: str, units: list[EpochStats], slope: 
     """Host growth held across checks that the allocator's in-use bytes confirm, said before a
     census pair can name what holds it (the next check does)."""
     msg = (f"{where(metric)} grows by {fmt_bytes(slope)} per step {span(units)}, and the C "
-           f"allocator's in-use bytes grew with it ({fmt_bytes(heap.in_use)} over the same "
-           "stretch): memory is handed out and kept, not freed memory the allocator holds on "
+           f"allocator's in-use bytes grew with it ({heap.in_use_words}): memory is "
+           "handed out and kept, not freed memory the allocator holds on "
            "to. What holds it is not named yet: naming needs a census at two checks, and this "
            "check's is the first; the next check names the holder." +
            forecast_words(limit, steps_to_oom, seconds_to_oom, severity, remaining, run_known,
@@ -358,5 +366,6 @@ def in_use_leak(*, origin: Origin, metric: str, units: list[EpochStats], slope: 
                      "To name it now, run with `MemWatch(tracemalloc=True)`: traced Python "
                      "allocations are named by the line that made them."],
         evidence={"pattern": "in_use_growth", "malloc_in_use_growth_bytes": heap.in_use,
+                  "malloc_in_use_growth_at_checks_bytes": heap.in_use_at_checks,
                   "malloc_free_growth_bytes": heap.free, "limit_bytes": limit,
                   "limit_name": limit_name, "floors": [u.floor for u in units]})
